@@ -1,0 +1,1 @@
+"""Command-line entry points for training: corpus, tokenizer, prompts, target, drafters, policy."""
