@@ -1,0 +1,86 @@
+"""Static-shape KV cache with per-sequence lengths.
+
+One k and one v buffer per layer, each [B, S, K, D] (S = max_len fixed at creation); `lengths[b]`
+counts the committed slots of sequence b. A forward writes its T new tokens at slots
+lengths[b] .. lengths[b] + T - 1 without advancing `lengths`; the caller then commits them with
+`advance` (plain decoding) or keeps a chosen subset with `compact` (tree verification).
+Pass the cache through jit boundaries as a donated argument.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from specblock_jax.models.config import ModelConfig
+
+
+class KVCache(NamedTuple):
+    k: tuple[jax.Array, ...]  # per layer [B, S, K, D]
+    v: tuple[jax.Array, ...]  # per layer [B, S, K, D]
+    lengths: jax.Array  # [B] int32, committed slots per sequence
+
+    @property
+    def max_len(self) -> int:
+        return self.k[0].shape[1]
+
+    @property
+    def batch_size(self) -> int:
+        return self.k[0].shape[0]
+
+    def advance(self, n: jax.Array) -> "KVCache":
+        """Commits n [B] (or scalar) freshly written slots per sequence."""
+        return self._replace(lengths=self.lengths + jnp.asarray(n, jnp.int32))
+
+    def compact(self, keep: jax.Array, count: jax.Array) -> "KVCache":
+        """Keeps a subset of the freshly written slots and commits it.
+
+        keep [B, M] int32: offsets (relative to lengths[b]) of the fresh slots to keep, in order;
+        count [B]: how many of them are real (entries past count are ignored).
+        Afterwards slot lengths[b] + i holds what slot lengths[b] + keep[b, i] held, for i < count[b],
+        and lengths advances by count. Requires lengths[b] + M <= max_len.
+        """
+        src = self.lengths[:, None] + keep.astype(jnp.int32)  # [B, M]
+
+        def move(buf):
+            rows = jnp.take_along_axis(buf, src[:, :, None, None], axis=1)  # gather first
+            return jax.vmap(lambda c, x, s: jax.lax.dynamic_update_slice(c, x, (s, 0, 0)))(
+                buf, rows, self.lengths
+            )
+
+        return KVCache(
+            tuple(move(b) for b in self.k), tuple(move(b) for b in self.v), self.lengths + count
+        )
+
+
+def init_cache(cfg: ModelConfig, batch_size: int, max_len: int, dtype=None) -> KVCache:
+    """An empty cache (zeros, lengths 0). dtype defaults to the model's compute dtype."""
+    dtype = dtype or jnp.dtype(cfg.dtype)
+    shape = (batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
+    zeros = lambda: jnp.zeros(shape, dtype)  # noqa: E731  (one distinct buffer per call)
+    return KVCache(
+        tuple(zeros() for _ in range(cfg.num_layers)),
+        tuple(zeros() for _ in range(cfg.num_layers)),
+        jnp.zeros((batch_size,), jnp.int32),
+    )
+
+
+def cache_mask(new_mask: jax.Array, lengths: jax.Array, max_len: int) -> jax.Array:
+    """Combines a mask among T new tokens with the committed cache prefix.
+
+    new_mask [B, T, T] (query t may see new token t'), lengths [B] -> [B, T, S] where slot j is
+    visible if j < lengths[b] (committed) or j = lengths[b] + t' with new_mask[b, t, t'].
+    Example, lengths=[2], T=2 causal, S=5:   query 0 -> 1 1 1 0 0
+                                             query 1 -> 1 1 1 1 0
+    """
+    t = new_mask.shape[-1]
+    slots = jnp.arange(max_len)[None, :]  # [1, S]
+    rel = slots - lengths[:, None]  # [B, S] offset of slot j among the new tokens
+    is_new = (rel >= 0) & (rel < t)
+    new_part = jnp.take_along_axis(
+        new_mask, jnp.broadcast_to(jnp.clip(rel, 0, t - 1)[:, None, :], new_mask.shape[:2] + (max_len,)),
+        axis=2,
+    )
+    return (slots < lengths[:, None])[:, None, :] | (is_new[:, None, :] & new_part)

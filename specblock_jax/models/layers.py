@@ -1,0 +1,177 @@
+"""Transformer building blocks (Flax NNX): RMSNorm, rotary embeddings, GQA attention, SwiGLU MLP.
+
+Shapes: B batch, T new (query) tokens, S key/value slots, H hidden, N query heads, K kv heads,
+G = N // K query heads per kv head, D head dim, F MLP width.
+Weights are stored in the layout `x @ W` uses ([in, out], heads split out), not HF's [out, in].
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from specblock_jax.models.config import ModelConfig, RopeConfig
+
+_INIT_STD = 0.02  # HF initializer_range
+
+
+def _normal(rngs: nnx.Rngs, shape, dtype) -> nnx.Param:
+    return nnx.Param((jax.random.normal(rngs.params(), shape, jnp.float32) * _INIT_STD).astype(dtype))
+
+
+class RMSNorm(nnx.Module):
+    """y = w * x / rms(x), normalised in fp32 and cast back before the scale (as HF does)."""
+
+    def __init__(self, dim: int, eps: float, dtype):
+        self.eps = eps
+        self.weight = nnx.Param(jnp.ones((dim,), dtype))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return self.weight[...] * y.astype(x.dtype)
+
+
+# ---------------------------------------------------------------------- rotary embeddings
+
+
+def rope_inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
+    """Inverse frequencies [D/2] (float64 numpy, a trace-time constant), with rope scaling."""
+    inv = 1.0 / (rope.theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    if rope.kind == "linear":
+        return inv / rope.factor
+    if rope.kind == "llama3":
+        low_wavelen = rope.original_max_position_embeddings / rope.low_freq_factor
+        high_wavelen = rope.original_max_position_embeddings / rope.high_freq_factor
+        wavelen = 2 * math.pi / inv
+        scaled = np.where(wavelen > low_wavelen, inv / rope.factor, inv)
+        smooth = (rope.original_max_position_embeddings / wavelen - rope.low_freq_factor) / (
+            rope.high_freq_factor - rope.low_freq_factor
+        )
+        smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
+        medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
+        return np.where(medium, smoothed, scaled)
+    return inv
+
+
+def rope_cos_sin(positions: jax.Array, rope: RopeConfig, head_dim: int, dtype):
+    """cos, sin [B, T, D] for integer positions [B, T] in HF's rotate-half layout."""
+    inv = jnp.asarray(rope_inv_freq(rope, head_dim), jnp.float32)
+    freqs = positions.astype(jnp.float32)[..., None] * inv  # [B, T, D/2]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    return jnp.cos(emb).astype(dtype), jnp.sin(emb).astype(dtype)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """x [B, T, heads, D] rotated by position: x * cos + rotate_half(x) * sin."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos[:, :, None, :] + rotated * sin[:, :, None, :]
+
+
+# ---------------------------------------------------------------------- attention
+
+
+def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """Masked softmax attention with grouped kv heads.
+
+    q [B, T, N, D], k/v [B, S, K, D], mask [B, T, S] (True = query may see key) -> [B, T, N, D].
+    Scores and softmax in fp32. A row with no visible key yields a uniform average, not NaN.
+    """
+    b, t, n, d = q.shape
+    kv = k.shape[2]
+    qg = q.reshape(b, t, kv, n // kv, d)
+    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
+    scores = scores / math.sqrt(d)
+    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
+    return out.reshape(b, t, n, d)
+
+
+def write_kv(cache_layer: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Array:
+    """Writes new [B, T, K, D] into cache_layer [B, S, K, D] at slot starts[b] of each sequence.
+
+    The caller guarantees starts[b] + T <= S (dynamic_update_slice would clamp otherwise).
+    """
+    def one(c, x, s):
+        return jax.lax.dynamic_update_slice(c, x.astype(c.dtype), (s, 0, 0))
+
+    return jax.vmap(one)(cache_layer, new, starts)
+
+
+class Attention(nnx.Module):
+    """GQA self-attention with optional Qwen3 q/k norm; reads and writes one layer of a KV cache."""
+
+    def __init__(self, cfg: ModelConfig, dtype, rngs: nnx.Rngs):
+        h, n, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = _normal(rngs, (h, n, d), dtype)
+        self.k_proj = _normal(rngs, (h, k, d), dtype)
+        self.v_proj = _normal(rngs, (h, k, d), dtype)
+        self.o_proj = _normal(rngs, (n, d, h), dtype)
+        if cfg.attention_bias:
+            self.q_bias = nnx.Param(jnp.zeros((n, d), dtype))
+            self.k_bias = nnx.Param(jnp.zeros((k, d), dtype))
+            self.v_bias = nnx.Param(jnp.zeros((k, d), dtype))
+            self.o_bias = nnx.Param(jnp.zeros((h,), dtype))
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
+        self.bias = cfg.attention_bias
+        self.qk_norm = cfg.qk_norm
+
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None):
+        """x [B, T, H]; mask [B, T, S] over the cache (S slots) or [B, T, T] without one.
+
+        kv_cache: (k, v) each [B, S, K, D] or None; the new K/V are written at starts [B].
+        Returns (out [B, T, H], updated (k, v) or None).
+        """
+        q = jnp.einsum("bth,hnd->btnd", x, self.q_proj[...])
+        k = jnp.einsum("bth,hkd->btkd", x, self.k_proj[...])
+        v = jnp.einsum("bth,hkd->btkd", x, self.v_proj[...])
+        if self.bias:
+            q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if kv_cache is not None:
+            k_all, v_all = write_kv(kv_cache[0], k, starts), write_kv(kv_cache[1], v, starts)
+            kv_cache = (k_all, v_all)
+        else:
+            k_all, v_all = k, v
+        out = jnp.einsum("btnd,ndh->bth", attend(q, k_all, v_all, mask), self.o_proj[...])
+        if self.bias:
+            out = out + self.o_bias[...]
+        return out, kv_cache
+
+
+class MLP(nnx.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig, dtype, rngs: nnx.Rngs):
+        self.gate_proj = _normal(rngs, (cfg.hidden_size, cfg.intermediate_size), dtype)
+        self.up_proj = _normal(rngs, (cfg.hidden_size, cfg.intermediate_size), dtype)
+        self.down_proj = _normal(rngs, (cfg.intermediate_size, cfg.hidden_size), dtype)
+
+    def __call__(self, x):
+        return (jax.nn.silu(x @ self.gate_proj[...]) * (x @ self.up_proj[...])) @ self.down_proj[...]
+
+
+class DecoderLayer(nnx.Module):
+    """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+    def __init__(self, cfg: ModelConfig, dtype, rngs: nnx.Rngs):
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.self_attn = Attention(cfg, dtype, rngs)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.mlp = MLP(cfg, dtype, rngs)
+
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None):
+        a, kv_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, starts)
+        x = x + a
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return x, kv_cache

@@ -1,0 +1,77 @@
+"""The `Target` bundle (config, graphdef, params, tokenizer) and the no-cache `forward`."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from specblock_jax.models.config import ModelConfig
+from specblock_jax.models.transformer import Transformer, apply, causal_mask, positions_from_valid
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A target model: `graphdef` is static under jit, `params` a nested dict of arrays."""
+
+    config: ModelConfig
+    graphdef: nnx.GraphDef
+    params: dict
+    tokenizer: Any = None  # a transformers tokenizer, or None
+
+    def replace(self, **changes) -> "Target":
+        return dataclasses.replace(self, **changes)
+
+
+def abstract_target(cfg: ModelConfig) -> tuple[nnx.GraphDef, dict]:
+    """(graphdef, params of jax.ShapeDtypeStruct) without allocating anything."""
+    model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(model)
+    return graphdef, state.to_pure_dict()
+
+
+def init_target(cfg: ModelConfig, seed: int = 0, tokenizer: Any = None) -> Target:
+    """A randomly initialised target (normal(0, 0.02) weights, unit norms), as HF initialises."""
+    graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(seed)))
+    return Target(cfg, graphdef, state.to_pure_dict(), tokenizer)
+
+
+def count_params(params: dict) -> int:
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "hidden_ids"))
+def _forward(graphdef, params, tokens, valid, positions, hidden_ids):
+    b, t = tokens.shape
+    out = apply(graphdef, params, tokens, positions, causal_mask(b, t, valid), hidden_ids=hidden_ids)
+    return out.logits, out.hidden
+
+
+def forward(
+    target: Target,
+    token_ids,
+    attention_mask=None,
+    positions=None,
+    hidden_ids: tuple[int, ...] = (),
+):
+    """Causal forward without a cache (for checks and training).
+
+    token_ids [B, T]; attention_mask [B, T] (1 = real token, 0 = padding, left or right) or None;
+    positions [B, T] RoPE positions, default cumsum(attention_mask) - 1 (as HF `generate`).
+    Returns logits [B, T, V] fp32, or (logits, hidden [B, T, n, H]) when hidden_ids is given
+    (HF `hidden_states` indexing, see `apply`).
+    """
+    tokens = jnp.asarray(token_ids, jnp.int32)
+    if tokens.ndim != 2:
+        raise ValueError(f"token_ids must be [batch, length], got shape {tokens.shape}")
+    if int(tokens.max()) >= target.config.vocab_size or int(tokens.min()) < 0:
+        raise ValueError(f"token ids must lie in [0, {target.config.vocab_size})")
+    valid = jnp.ones_like(tokens) if attention_mask is None else jnp.asarray(attention_mask, jnp.int32)
+    pos = positions_from_valid(valid) if positions is None else jnp.asarray(positions, jnp.int32)
+    logits, hidden = _forward(target.graphdef, target.params, tokens, valid, pos, tuple(hidden_ids))
+    return (logits, hidden) if hidden_ids else logits
