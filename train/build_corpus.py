@@ -60,12 +60,17 @@ def is_test_path(relpath: str) -> bool:
     return any(part in TEST_DIR_NAMES for part in relpath.split("/")[:-1])
 
 
+def bucket_of(relpath: str) -> int:
+    """The hash bucket (0..99) of a posix path relative to the corpus root."""
+    return int(hashlib.sha256(relpath.encode("utf-8")).hexdigest(), 16) % 100
+
+
 def split_of(relpath: str) -> str:
     """The split (``train``, ``validation`` or ``heldout``) of a posix path relative to the root.
 
     Depends only on the path string, so adding or removing other files never moves a file.
     """
-    bucket = int(hashlib.sha256(relpath.encode("utf-8")).hexdigest(), 16) % 100
+    bucket = bucket_of(relpath)
     if bucket < 90:
         return "train"
     if bucket < 95:

@@ -84,7 +84,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int = DEFAULT_VOCAB_SIZE,
 
 
 def to_transformers(tok: Tokenizer) -> Any:
-    """Wrap a raw tokenizer as a ``transformers`` fast tokenizer with the special-token roles set."""
+    """Wrap a raw tokenizer as a ``transformers`` fast tokenizer with the special roles set."""
     from transformers import PreTrainedTokenizerFast
 
     return PreTrainedTokenizerFast(
