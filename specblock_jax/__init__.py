@@ -1,1 +1,32 @@
-"""specblock-jax."""
+"""specblock-jax: speculative decoding for LLMs in JAX/Flax.
+
+The public API (functional): load a target, run it, generate from it, save it.
+
+    import specblock_jax as sbj
+    target = sbj.load_target("path/to/hf_dir")
+    logits = sbj.forward(target, token_ids)            # [B, T] -> [B, T, V]
+    results = sbj.generate(target, ["def f(x):"], max_new_tokens=64)
+    sbj.save_target(target, "out_dir")
+"""
+
+from specblock_jax.decoding import GenerationResult, SamplingParams, generate
+from specblock_jax.models import (
+    CheckpointError,
+    KVCache,
+    ModelConfig,
+    RopeConfig,
+    Target,
+    UnsupportedModelError,
+    forward,
+    init_cache,
+    init_target,
+    load_target,
+    save_target,
+)
+
+__all__ = [
+    "CheckpointError", "GenerationResult", "KVCache", "ModelConfig", "RopeConfig", "SamplingParams",
+    "Target", "UnsupportedModelError", "forward", "generate", "init_cache", "init_target",
+    "load_target", "save_target",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,186 @@
+"""`generate`: batched autoregressive decoding, prefill and the whole decode loop in one jit.
+
+Prompts are right-padded to a length bucket and the batch to a fixed size, so a job with many
+prompts compiles once per (batch, prompt bucket, max_new_tokens). Every sequence stops on its own
+(a stop token or its token budget); the loop ends when all have stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specblock_jax.decoding.compiled import compiled
+from specblock_jax.decoding.sampling import SamplingParams, sample
+from specblock_jax.models.kv_cache import init_cache
+from specblock_jax.models.target import Target
+from specblock_jax.models.transformer import apply, causal_mask
+
+MAX_STOP_TOKENS = 8
+MIN_BUCKET = 16
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    text: str | None  # decoded new tokens (special tokens skipped), None without a tokenizer
+    token_ids: list[int]  # new tokens, including the stop token if one ended the sequence
+    stats: dict[str, Any]
+
+
+def length_bucket(n: int, minimum: int = MIN_BUCKET) -> int:
+    """Smallest power of two >= n (and >= minimum)."""
+    return max(minimum, 1 << (max(n, 1) - 1).bit_length())
+
+
+def cache_length(prompt_bucket: int, max_new_tokens: int, extra: int = 0) -> int:
+    """Static cache size for a prompt bucket: room for the budget plus `extra` scratch slots,
+    rounded up to a multiple of 64."""
+    need = prompt_bucket + max_new_tokens + extra
+    return -(-need // 64) * 64
+
+
+def _ar_loop(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling,
+             stop_ids, keys):
+    """tokens [B, P] right-padded prompts with lengths [B]; budgets [B] new-token limits;
+    stop_ids [MAX_STOP_TOKENS] (-1 = unused); keys [B] PRNG keys, one per sequence.
+
+    Returns (out [B, max_new] int32 padded with -1, generated [B], stopped [B] bool).
+    """
+    b, p = tokens.shape
+    cache = init_cache(cfg, b, cache_len)
+    pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+    fwd = apply(graphdef, params, tokens, pos, causal_mask(b, p), cache,
+                logit_indices=(lengths - 1)[:, None])
+    cache = fwd.cache._replace(lengths=lengths)
+
+    def pick(step, logits):
+        step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+        return sample(step_keys, logits, sampling)
+
+    first = pick(0, fwd.logits[:, 0])
+    out = jnp.full((b, max_new), -1, jnp.int32).at[:, 0].set(first)
+    stopped = jnp.isin(first, stop_ids)
+    done = stopped | (budgets <= 1)
+    state = (jnp.int32(1), first, jnp.ones((b,), jnp.int32), out, done, stopped, cache)
+
+    def cond(s):
+        step, done = s[0], s[4]
+        return (step < max_new) & ~jnp.all(done)
+
+    def body(s):
+        step, last, generated, out, done, stopped, cache = s
+        one = jnp.ones((b, 1, 1), bool)
+        fwd = apply(graphdef, params, last[:, None], cache.lengths[:, None], one, cache)
+        active = ~done
+        cache = fwd.cache.advance(active.astype(jnp.int32))  # commit `last` where still running
+        nxt = pick(step, fwd.logits[:, 0])
+        write = active[:, None] & (jnp.arange(max_new)[None, :] == generated[:, None])
+        out = jnp.where(write, nxt[:, None], out)
+        generated = generated + active
+        hit = active & jnp.isin(nxt, stop_ids)
+        return step + 1, nxt, generated, out, done | hit | (generated >= budgets), stopped | hit, cache
+
+    _, _, generated, out, _, stopped, _ = jax.lax.while_loop(cond, body, state)
+    return out, generated, stopped
+
+
+def encode_prompts(target: Target, prompts: Sequence[str | Sequence[int]]) -> list[list[int]]:
+    """Token ids per prompt; strings need the target's tokenizer. Errors name the prompt index."""
+    ids = []
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            if target.tokenizer is None:
+                raise ValueError(f"prompt {i}: a text prompt needs a tokenizer; the target has none "
+                                 "(pass token ids instead)")
+            toks = list(target.tokenizer(prompt)["input_ids"])
+        else:
+            toks = [int(t) for t in prompt]
+        if not toks:
+            raise ValueError(f"prompt {i}: empty prompt")
+        bad = [t for t in toks if not 0 <= t < target.config.vocab_size]
+        if bad:
+            raise ValueError(f"prompt {i}: token ids {bad[:5]} outside [0, {target.config.vocab_size})")
+        ids.append(toks)
+    return ids
+
+
+def stop_token_ids(target: Target, extra: Sequence[int] = ()) -> list[int]:
+    """The config's EOS ids, the tokenizer's EOS id and `extra`, deduplicated."""
+    ids = list(target.config.eos_token_ids) + list(extra)
+    tok = target.tokenizer
+    if tok is not None and getattr(tok, "eos_token_id", None) is not None:
+        ids.append(int(tok.eos_token_id))
+    ids = list(dict.fromkeys(ids))
+    if len(ids) > MAX_STOP_TOKENS:
+        raise ValueError(f"at most {MAX_STOP_TOKENS} stop tokens are supported, got {ids}")
+    return ids
+
+
+def generate(
+    target: Target,
+    prompts: Sequence[str | Sequence[int]],
+    drafter: Any = None,
+    *,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    max_new_tokens: int = 256,
+    seed: int = 0,
+    stop_tokens: Sequence[int] = (),
+    batch_size: int = 8,
+    max_cache_len: int | None = None,
+) -> list[GenerationResult]:
+    """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
+
+    drafter: None = target-only autoregressive decoding (speculative drafters plug in here once
+    the speculative engine exists). Sampling with seed s gives each prompt its own key stream
+    (fold_in(seed, prompt index)), so results do not depend on how prompts are batched.
+    max_cache_len (default max_position_embeddings) bounds prompt + max_new_tokens.
+    """
+    if drafter is not None:
+        raise NotImplementedError("speculative drafters are not implemented yet: pass drafter=None")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    cfg = target.config
+    limit = max_cache_len or cfg.max_position_embeddings
+    ids = encode_prompts(target, prompts)
+    for i, toks in enumerate(ids):
+        if len(toks) + max_new_tokens > limit:
+            raise ValueError(f"prompt {i}: {len(toks)} prompt tokens + max_new_tokens={max_new_tokens} "
+                             f"exceed the cache limit of {limit} tokens")
+    stops = stop_token_ids(target, stop_tokens)
+    stop_arr = jnp.asarray(stops + [-1] * (MAX_STOP_TOKENS - len(stops)), jnp.int32)
+    base_key = jax.random.key(seed)
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
+    results: list[GenerationResult | None] = [None] * len(ids)
+    bsz = min(batch_size, len(ids))
+    for start in range(0, len(order), bsz):
+        chunk = order[start:start + bsz]
+        rows = chunk + [chunk[0]] * (bsz - len(chunk))  # pad the batch to a fixed size
+        bucket = length_bucket(max(len(ids[i]) for i in rows))
+        tokens = np.zeros((bsz, bucket), np.int32)
+        for r, i in enumerate(rows):
+            tokens[r, :len(ids[i])] = ids[i]
+        lengths = jnp.asarray([len(ids[i]) for i in rows], jnp.int32)
+        budgets = jnp.full((bsz,), max_new_tokens, jnp.int32)
+        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base_key, jnp.asarray(rows))
+        sampling = SamplingParams.make(bsz, temperature, top_k, top_p)
+        args = (target.params, jnp.asarray(tokens), lengths, budgets, sampling, stop_arr, keys)
+        static = (target.graphdef, cfg, cache_length(bucket, max_new_tokens), max_new_tokens)
+        exe, compile_s = compiled(_ar_loop, static, *args)
+        t0 = time.perf_counter()
+        out, generated, stopped = jax.device_get(exe(*args))
+        wall = time.perf_counter() - t0
+        for r, i in enumerate(chunk):
+            new = out[r, :generated[r]].tolist()
+            text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer else None
+            stats = {"prompt_tokens": len(ids[i]), "new_tokens": len(new), "target_forwards": len(new),
+                     "tau": 1.0, "finish_reason": "stop" if stopped[r] else "length",
+                     "batch_wall_s": wall, "compile_s": compile_s, "batch_size": bsz}
+            results[i] = GenerationResult(text, new, stats)
+    return results  # type: ignore[return-value]

@@ -1,0 +1,68 @@
+"""The target's sampling distribution: temperature, top-k and top-p, applied per sequence.
+
+The same `sampling_logprobs` serves autoregressive and speculative decoding, so both sample from
+exactly one distribution. Settings are arrays (one value per sequence), never Python ints, so new
+values do not recompile. temperature 0 means greedy (argmax).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class SamplingParams(NamedTuple):
+    temperature: jax.Array  # [B] float32, 0 = greedy
+    top_k: jax.Array  # [B] int32, 0 = off
+    top_p: jax.Array  # [B] float32, 1 = off
+
+    @classmethod
+    def make(cls, batch: int, temperature=0.0, top_k=0, top_p=1.0) -> "SamplingParams":
+        def arr(x, dtype):
+            return jnp.broadcast_to(jnp.asarray(x, dtype), (batch,))
+
+        return cls(arr(temperature, jnp.float32), arr(top_k, jnp.int32), arr(top_p, jnp.float32))
+
+
+def _per_row(x: jax.Array, ndim: int) -> jax.Array:
+    return x.reshape(x.shape + (1,) * (ndim - 1))
+
+
+def sampling_logprobs(logits: jax.Array, params: SamplingParams) -> jax.Array:
+    """Log-probabilities of the sampling distribution, [B, ..., V] -> [B, ..., V] fp32.
+
+    Order as in HF: temperature, then top-k, then top-p (the smallest set of most likely tokens
+    whose mass reaches p; tokens tied with its last member are kept too). Rows with temperature 0
+    get a one-hot distribution on the argmax (log 0 = -inf elsewhere).
+    """
+    logits = logits.astype(jnp.float32)
+    nd = logits.ndim
+    temp = _per_row(params.temperature, nd)
+    greedy = temp <= 0
+    scaled = logits / jnp.where(greedy, 1.0, temp)
+    vocab = logits.shape[-1]
+    desc = -jnp.sort(-scaled, axis=-1)  # descending
+    k = _per_row(jnp.where(params.top_k > 0, jnp.minimum(params.top_k, vocab), vocab), nd)
+    kth = jnp.take_along_axis(desc, jnp.broadcast_to(k - 1, desc.shape[:-1] + (1,)), axis=-1)
+    scaled = jnp.where(scaled >= kth, scaled, -jnp.inf)
+    desc = jnp.where(desc >= kth, desc, -jnp.inf)
+    probs_desc = jax.nn.softmax(desc, axis=-1)
+    mass_before = jnp.cumsum(probs_desc, axis=-1) - probs_desc
+    keep_desc = mass_before < _per_row(params.top_p, nd)  # always keeps the first token
+    threshold = jnp.min(jnp.where(keep_desc, desc, jnp.inf), axis=-1, keepdims=True)
+    scaled = jnp.where(scaled >= threshold, scaled, -jnp.inf)
+    logp = jax.nn.log_softmax(scaled, axis=-1)
+    onehot = jnp.where(
+        jax.nn.one_hot(jnp.argmax(logits, axis=-1), vocab, dtype=bool), 0.0, -jnp.inf
+    )
+    return jnp.where(greedy, onehot, logp)
+
+
+def sample(keys: jax.Array, logits: jax.Array, params: SamplingParams) -> jax.Array:
+    """One token per row: keys [B] (one PRNG key per sequence), logits [B, V] -> [B] int32."""
+    logp = sampling_logprobs(logits, params)
+    drawn = jax.vmap(jax.random.categorical)(keys, logp)
+    greedy = params.temperature <= 0
+    return jnp.where(greedy, jnp.argmax(logits, axis=-1), drawn).astype(jnp.int32)

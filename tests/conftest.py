@@ -1,0 +1,62 @@
+"""Shared fixtures: tiny random Hugging Face models built and saved in the test (no downloads)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import numpy as np
+import pytest
+
+TINY = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+
+
+def make_hf_model(kind: str, seed: int = 0):
+    """A random tiny transformers model: 'qwen3' (tied), 'qwen3-untied', 'llama3' (llama3 rope
+    scaling, untied) or 'llama-bias' (attention biases, tied)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    if kind.startswith("qwen3"):
+        cfg = Qwen3Config(**TINY, head_dim=16, tie_word_embeddings=kind == "qwen3", eos_token_id=None)
+        model = Qwen3ForCausalLM(cfg)
+    elif kind == "llama3":
+        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        cfg = LlamaConfig(**TINY, rope_parameters=rope, rms_norm_eps=1e-5, eos_token_id=None)
+        model = LlamaForCausalLM(cfg)
+    elif kind == "llama-bias":
+        cfg = LlamaConfig(**TINY, attention_bias=True, tie_word_embeddings=True, eos_token_id=None)
+        model = LlamaForCausalLM(cfg)
+        with torch.no_grad():  # HF initialises biases to zero; make them matter
+            for name, p in model.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0, 0.5)
+    else:
+        raise ValueError(kind)
+    with torch.no_grad():  # peaky attention, so that positions and masks visibly matter
+        for name, p in model.named_parameters():
+            if name.endswith(("q_proj.weight", "k_proj.weight")):
+                p.mul_(8.0)
+    return model.eval()
+
+
+@pytest.fixture(scope="session")
+def hf_dirs(tmp_path_factory):
+    """kind -> (folder with the saved HF model, the torch model)."""
+    out = {}
+    for kind in ("qwen3", "qwen3-untied", "llama3", "llama-bias"):
+        model = make_hf_model(kind)
+        path = tmp_path_factory.mktemp(kind)
+        model.save_pretrained(path)
+        out[kind] = (path, model)
+    return out
+
+
+@pytest.fixture(scope="session")
+def rng():
+    return np.random.default_rng(0)
