@@ -32,13 +32,13 @@ def abstract_target(cfg: ModelConfig) -> tuple[nnx.GraphDef, dict]:
     """(graphdef, params of jax.ShapeDtypeStruct) without allocating anything."""
     model = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(model)
-    return graphdef, state.to_pure_dict()
+    return graphdef, nnx.to_pure_dict(state)
 
 
 def init_target(cfg: ModelConfig, seed: int = 0, tokenizer: Any = None) -> Target:
     """A randomly initialised target (normal(0, 0.02) weights, unit norms), as HF initialises."""
     graphdef, state = nnx.split(Transformer(cfg, rngs=nnx.Rngs(seed)))
-    return Target(cfg, graphdef, state.to_pure_dict(), tokenizer)
+    return Target(cfg, graphdef, nnx.to_pure_dict(state), tokenizer)
 
 
 def count_params(params: dict) -> int:

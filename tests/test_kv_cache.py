@@ -1,0 +1,118 @@
+"""The cached forward: prefill + decode, tree masks, cache compaction, combined masks."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import specblock_jax as sbj
+from specblock_jax.models import apply, cache_mask, causal_mask
+
+
+def _target(kind="qwen3", **changes):
+    return sbj.init_target(sbj.models.config.tiny(kind, **changes), seed=3)
+
+
+@functools.partial(jax.jit, static_argnums=0, donate_argnames="cache")
+def _step(graphdef, params, tokens, positions, mask, cache):
+    out = apply(graphdef, params, tokens, positions, mask, cache)
+    return out.logits, out.cache
+
+
+def test_prefill_then_stepwise_decode_equals_full_forward():
+    target = _target()
+    rng = np.random.default_rng(0)
+    lengths = np.array([5, 9])
+    total = 16
+    seqs = rng.integers(0, 128, (2, total))
+    full = np.asarray(sbj.forward(target, seqs))
+    # prefill a right-padded prompt batch, then feed one token per step per sequence
+    cache = sbj.init_cache(target.config, 2, 32)
+    p = 12
+    prompt = np.where(np.arange(p)[None] < lengths[:, None], seqs[:, :p], 0)
+    pos = np.broadcast_to(np.arange(p), (2, p))
+    logits, cache = _step(target.graphdef, target.params, jnp.asarray(prompt), jnp.asarray(pos),
+                          causal_mask(2, p), cache)
+    cache = cache._replace(lengths=jnp.asarray(lengths, jnp.int32))
+    for b in range(2):
+        np.testing.assert_allclose(np.asarray(logits)[b, :lengths[b]], full[b, :lengths[b]], atol=1e-5)
+    steps = total - lengths.max()
+    for s in range(steps):
+        idx = lengths + s
+        tok = seqs[np.arange(2), idx][:, None]
+        logits, cache = _step(target.graphdef, target.params, jnp.asarray(tok), cache.lengths[:, None],
+                              jnp.ones((2, 1, 1), bool), cache)
+        cache = cache.advance(1)
+        for b in range(2):
+            np.testing.assert_allclose(np.asarray(logits)[b, 0], full[b, idx[b]], atol=1e-5)
+    assert _step._cache_size() == 2  # one for prefill, one for the decode step: no recompiles
+
+
+def _ancestors(parents):
+    """Host-side reference: node i sees node j iff j is i or an ancestor of i (test only)."""
+    n = len(parents)
+    m = np.zeros((n, n), bool)
+    for i in range(n):
+        j = i
+        while j >= 0:
+            m[i, j] = True
+            j = parents[j]
+    return m
+
+
+def test_tree_mask_forward_equals_each_root_to_node_path_run_causally():
+    target = _target("llama")
+    rng = np.random.default_rng(1)
+    prefix = rng.integers(0, 128, (1, 7))
+    # node 0 is the root (the last committed token); a tree of 8 nodes with several branches
+    parents = np.array([-1, 0, 0, 1, 1, 2, 4, 4])
+    depth = np.array([0, 1, 1, 2, 2, 2, 3, 3])
+    nodes = rng.integers(0, 128, 8)
+    cache = sbj.init_cache(target.config, 1, 32)
+    _, cache = _step(target.graphdef, target.params, jnp.asarray(prefix), jnp.arange(7)[None],
+                     causal_mask(1, 7), cache)
+    cache = cache._replace(lengths=jnp.asarray([7], jnp.int32))
+    tree_logits, _ = _step(target.graphdef, target.params, jnp.asarray(nodes[None]),
+                           jnp.asarray(7 + depth[None]), jnp.asarray(_ancestors(parents)[None]), cache)
+    for i in range(8):
+        path = []
+        j = i
+        while j >= 0:
+            path.append(nodes[j])
+            j = parents[j]
+        seq = np.concatenate([prefix[0], path[::-1]])[None]
+        ref = np.asarray(sbj.forward(target, seq))[0, -1]
+        np.testing.assert_allclose(np.asarray(tree_logits)[0, i], ref, atol=1e-5, err_msg=f"node {i}")
+
+
+def test_compact_keeps_exactly_the_chosen_slots_and_advances():
+    cfg = sbj.models.config.tiny()
+    cache = sbj.init_cache(cfg, 2, 16)
+    rng = np.random.default_rng(2)
+    fill = lambda: jnp.asarray(rng.normal(size=(2, 16, cfg.num_kv_heads, cfg.head_dim)), jnp.float32)  # noqa: E731
+    cache = sbj.KVCache(tuple(fill() for _ in range(cfg.num_layers)),
+                        tuple(fill() for _ in range(cfg.num_layers)), jnp.asarray([3, 5], jnp.int32))
+    before = jax.device_get(cache)
+    keep = jnp.asarray([[0, 2, 5], [1, 3, 0]], jnp.int32)
+    count = jnp.asarray([3, 2], jnp.int32)
+    after = jax.device_get(cache.compact(keep, count))
+    np.testing.assert_array_equal(after.lengths, [6, 7])
+    for layer in range(cfg.num_layers):
+        for buf_before, buf_after in ((before.k[layer], after.k[layer]), (before.v[layer], after.v[layer])):
+            for b, length in enumerate([3, 5]):
+                np.testing.assert_array_equal(buf_after[b, :length], buf_before[b, :length])  # prefix kept
+                for i in range(int(count[b])):
+                    np.testing.assert_array_equal(buf_after[b, length + i],
+                                                  buf_before[b, length + int(keep[b, i])])
+
+
+def test_cache_mask_combines_committed_prefix_and_new_token_mask():
+    new = jnp.asarray([[[1, 0], [1, 1]]], bool)
+    got = np.asarray(cache_mask(new, jnp.asarray([2]), 5)).astype(int)
+    np.testing.assert_array_equal(got[0], [[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]])
+    tree = jnp.asarray([[[1, 0, 0], [1, 1, 0], [1, 0, 1]]], bool)  # root with two children
+    got = np.asarray(cache_mask(tree, jnp.asarray([1]), 5)).astype(int)
+    np.testing.assert_array_equal(got[0], [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 0, 1, 0]])
