@@ -132,7 +132,7 @@ def generate(
     max_new_tokens: int = 256,
     seed: int = 0,
     stop_tokens: Sequence[int] = (),
-    batch_size: int = 8,
+    batch_size: int | None = None,
     max_cache_len: int | None = None,
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
@@ -140,6 +140,7 @@ def generate(
     drafter: None = target-only autoregressive decoding (speculative drafters plug in here once
     the speculative engine exists). Sampling with seed s gives each prompt its own key stream
     (fold_in(seed, prompt index)), so results do not depend on how prompts are batched.
+    batch_size: rows per compiled batch (the last batch is padded to it); default min(8, prompts).
     max_cache_len (default max_position_embeddings) bounds prompt + max_new_tokens.
     """
     if drafter is not None:
@@ -158,7 +159,7 @@ def generate(
     base_key = jax.random.key(seed)
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
     results: list[GenerationResult | None] = [None] * len(ids)
-    bsz = min(batch_size, len(ids))
+    bsz = batch_size or min(8, len(ids))
     for start in range(0, len(order), bsz):
         chunk = order[start:start + bsz]
         rows = chunk + [chunk[0]] * (bsz - len(chunk))  # pad the batch to a fixed size
