@@ -32,6 +32,7 @@ ROUND_TRIP_TEXTS = [
     "windows\r\nline\r\nends\r and a lone CR",
     "control \x00\x01\x1f\x7f chars",
     "punctuation , . ! ? and spaces before them .",
+    "literal special-token text <|bos|><|eos|> <|pad|>\n<|mask|> is plain text",
 ]
 
 

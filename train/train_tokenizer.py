@@ -91,6 +91,9 @@ def to_transformers(tok: Tokenizer) -> Any:
         tokenizer_object=tok,
         bos_token=BOS, eos_token=EOS, pad_token=PAD, mask_token=MASK,
         clean_up_tokenization_spaces=False,
+        # special tokens are inserted by id only; their literal text in input is plain text,
+        # so any string round-trips byte for byte (and user text cannot inject control tokens)
+        split_special_tokens=True,
         padding_side="right",
         model_max_length=1 << 20,
     )
