@@ -121,7 +121,7 @@ def make_steps(graphdef, tx: optax.GradientTransformation):
         loss, grads = jax.value_and_grad(functools.partial(lm_loss, graphdef))(params, batch)
         updates, opt_state = tx.update(grads, opt_state, params)
         params = optax.apply_updates(params, updates)
-        return params, opt_state, {"loss": loss, "grad_norm": optax.global_norm(grads)}
+        return params, opt_state, {"loss": loss, "grad_norm": optax.tree.norm(grads)}
 
     eval_step = jax.jit(functools.partial(lm_loss, graphdef))
     return train_step, eval_step

@@ -1,0 +1,221 @@
+"""The target trainer: packed LM data, loss goes down, exact resume after an interruption, export.
+
+Every test uses configs/target/tiny-test.yaml on a small synthetic corpus written to a temp dir.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from safetensors import safe_open
+
+from specblock_jax.models import load_target
+from train import lm_data
+from train.train_target import evaluate, load_config, make_optimizer, make_steps, train
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKENIZER = ROOT / "assets" / "tokenizer"
+TINY = ROOT / "configs" / "target" / "tiny-test.yaml"
+TIMING = ("tokens_per_s", "elapsed_s")
+
+
+def _write_corpus(directory: Path) -> None:
+    """train/validation JSONL of small, repetitive Python functions (easy to learn)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 60), ("validation", 12)):
+        with open(directory / f"{split}.jsonl", "w") as f:
+            for i in range(n):
+                a, b = rng.integers(0, 100, size=2)
+                text = (f"def add_{i}(x, y):\n    \"\"\"Return x + y + {a}.\"\"\"\n    return x + y + {a}\n\n"
+                        f"def mul_{i}(x):\n    return x * {b}\n")
+                f.write(json.dumps({"path": f"{split}/m{i}.py", "text": text}) + "\n")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("corpus")
+    _write_corpus(d)
+    return d
+
+
+def _cfg(corpus: Path, run: Path, *overrides: str) -> dict:
+    return load_config(TINY, [f"corpus_dir={corpus}", f"tokenizer_dir={TOKENIZER}",
+                              f"token_cache_dir={corpus / 'tokens'}", f"run_dir={run}",
+                              f"out_dir={run / 'export'}", *overrides])
+
+
+def _records(run: Path) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+
+def _latest_state(run: Path):
+    """(step, params, opt_state) of the run's latest checkpoint, restored as numpy."""
+    mngr = ocp.CheckpointManager((run / "checkpoints").absolute())
+    step = mngr.latest_step()
+    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                          meta=ocp.args.JsonRestore()))
+    assert restored.meta["step"] == step
+    return step, restored.state
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory) -> tuple[dict, dict, Path]:
+    run = tmp_path_factory.mktemp("run")
+    cfg = _cfg(corpus, run, "max_steps=30", "eval_every=10", "ckpt_every=10", "num_samples=1")
+    return cfg, train(cfg), run
+
+
+# ------------------------------------------------------------------------------------- data
+
+def test_tokenised_split_is_bos_text_eos_and_cached(corpus):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(TOKENIZER), local_files_only=True)
+    cache_dir = corpus / "tokens-a"
+    ids = lm_data.load_split_ids(corpus, "validation", TOKENIZER, cache_dir)
+    texts = lm_data.read_texts(corpus / "validation.jsonl")
+    expected = []
+    for text in texts:
+        expected += [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    np.testing.assert_array_equal(ids, np.asarray(expected))
+    cached = list(cache_dir.glob("validation-*.npy"))
+    assert [p.name for p in cached] == [f"validation-{lm_data.tokenizer_hash(TOKENIZER)}.npy"]
+    (corpus / "validation.jsonl").rename(corpus / "validation.moved")  # the cache must suffice
+    try:
+        np.testing.assert_array_equal(lm_data.load_split_ids(corpus, "validation", TOKENIZER, cache_dir), ids)
+    finally:
+        (corpus / "validation.moved").rename(corpus / "validation.jsonl")
+
+
+def test_bad_record_is_named(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text(json.dumps({"path": "a.py", "text": "x = 1"}) + "\n" + json.dumps({"path": "b.py"}) + "\n")
+    with pytest.raises(ValueError, match=r"train.jsonl:2: record has no string field 'text'"):
+        lm_data.read_texts(path)
+
+
+def test_pack_windows_cover_every_id():
+    ids = np.arange(43, dtype=np.uint16)
+    windows = lm_data.pack(ids, 8)
+    assert windows.shape == (5, 9)
+    for i, w in enumerate(windows):
+        np.testing.assert_array_equal(w, np.arange(8 * i, 8 * i + 9))
+    targets = windows[:, 1:].reshape(-1)  # every id after the first is predicted exactly once
+    np.testing.assert_array_equal(targets, np.arange(1, 41))
+
+
+def test_batch_iterator_is_deterministic_and_resumable():
+    windows = lm_data.pack(np.arange(10 * 4 + 1, dtype=np.uint16), 4)  # 10 windows
+    run = lm_data.BatchIterator(windows, batch_size=3, seed=7)
+    batches = [next(run) for _ in range(8)]  # 3 batches per epoch: crosses two epoch boundaries
+    assert all(b.shape == (3, 5) and b.dtype == np.int32 for b in batches)
+    again = lm_data.BatchIterator(windows, batch_size=3, seed=7)
+    for a, b in zip(batches, (next(again) for _ in range(8))):
+        np.testing.assert_array_equal(a, b)
+    for epoch in range(2):  # no window repeats within an epoch
+        starts = np.concatenate([b[:, 0] for b in batches[3 * epoch:3 * epoch + 3]])
+        assert len(set(starts.tolist())) == 9
+    first_epochs = [np.concatenate([b[:, 0] for b in batches[3 * e:3 * e + 3]]) for e in range(2)]
+    assert not np.array_equal(first_epochs[0], first_epochs[1])  # reshuffled per epoch
+    other = lm_data.BatchIterator(windows, batch_size=3, seed=8)
+    assert not all(np.array_equal(a, next(other)) for a in batches[:3])
+
+    probe = lm_data.BatchIterator(windows, batch_size=3, seed=7)
+    for _ in range(4):
+        next(probe)
+    state = probe.state()
+    assert state == {"epoch": 1, "index": 1}
+    resumed = lm_data.BatchIterator(windows, batch_size=3, seed=7, **state)
+    for expected in batches[4:]:
+        np.testing.assert_array_equal(next(resumed), expected)
+
+
+# ------------------------------------------------------------------------------------ config
+
+def test_overrides_are_typed_by_the_default(tmp_path):
+    cfg = load_config(TINY, ["max_steps=12", "lr=0.5", "run_dir=/x", "seed=3"])
+    assert (cfg["max_steps"], cfg["lr"], cfg["run_dir"], cfg["seed"]) == (12, 0.5, "/x", 3)
+    assert isinstance(cfg["lr"], float) and isinstance(cfg["max_steps"], int)
+    with pytest.raises(ValueError, match="unknown key 'max_step'"):
+        load_config(TINY, ["max_step=3"])
+    with pytest.raises(ValueError, match=r"max_steps='1.5': expected int"):
+        load_config(TINY, ["max_steps=1.5"])
+
+
+# --------------------------------------------------------------------------------- training
+
+def test_training_reduces_loss(trained):
+    cfg, summary, run = trained
+    records = _records(run)
+    losses = [r["loss"] for r in records if "loss" in r]
+    vals = [r["val_loss"] for r in records if "val_loss" in r]
+    assert len(losses) == 30 and len(vals) == 3
+    assert losses[0] > 8.5  # ~ln(8192) at initialisation
+    assert np.mean(losses[-3:]) < losses[0] - 2.0
+    assert vals[-1] < vals[0] and summary["val_loss"] < losses[0] - 2.0
+    assert [r["tokens_seen"] for r in records if "loss" in r] == [s * 4 * 32 for s in range(1, 31)]
+    lrs = [r["lr"] for r in records if "lr" in r]
+    # update n uses schedule(n - 1): linear warmup from 0 over 2 updates, then cosine decay
+    assert lrs[:3] == pytest.approx([0.0, cfg["lr"] / 2, cfg["lr"]])
+    assert all(a > b for a, b in zip(lrs[2:], lrs[3:]))
+    assert lrs[-1] == pytest.approx(cfg["lr"] * cfg["min_lr_ratio"], rel=0.05)
+
+
+def test_resume_after_interruption_is_exact(corpus, tmp_path):
+    common = ("max_steps=8", "ckpt_every=3", "eval_every=4", "num_samples=0")
+    straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
+    straight = train(_cfg(corpus, straight_dir, *common))
+
+    cfg = _cfg(corpus, resumed_dir, *common)
+    assert train(cfg, stop_after=5) == {"step": 5}
+    # a kill between checkpoints: the step-5 checkpoint never happened, the log ran ahead to 5
+    shutil.rmtree(resumed_dir / "checkpoints" / "5")
+    assert max(r["step"] for r in _records(resumed_dir)) == 5
+    resumed = train(cfg)
+
+    assert _records(resumed_dir) == _records(straight_dir)
+    for key in ("steps", "tokens_seen", "val_loss", "val_loss_bf16_export"):
+        assert resumed[key] == straight[key], key
+    step_a, state_a = _latest_state(straight_dir)
+    step_b, state_b = _latest_state(resumed_dir)
+    assert step_a == step_b == 8
+    leaves_a, leaves_b = jax.tree.leaves(state_a), jax.tree.leaves(state_b)
+    assert len(leaves_a) == len(leaves_b) > 0
+    for a, b in zip(leaves_a, leaves_b):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_export_loads_with_load_target(trained, corpus):
+    cfg, summary, run = trained
+    export = Path(cfg["out_dir"])
+    target = load_target(export, dtype="float32")
+    c = target.config
+    assert (c.bos_token_id, c.eos_token_ids, c.pad_token_id) == (0, (1,), 2)
+    assert c.tie_word_embeddings and c.max_position_embeddings >= 2048 and c.family == "qwen3"
+    assert (c.hidden_size, c.num_layers, c.vocab_size) == (32, 2, 8192)
+    assert json.loads((export / "config.json").read_text())["dtype"] == "bfloat16"
+    with safe_open(str(export / "model.safetensors"), "np") as f:
+        assert "lm_head.weight" not in f.keys()
+    with safe_open(str(export / "model.safetensors"), "pt") as f:
+        assert {str(f.get_tensor(k).dtype) for k in f.keys()} == {"torch.bfloat16"}
+    assert target.tokenizer is not None and target.tokenizer("def f").input_ids[0] == 0
+
+    # the loaded export scores the validation batches exactly as the trainer measured it
+    tx, _ = make_optimizer(cfg)
+    _, eval_step = make_steps(target.graphdef, tx)
+    val_ids = lm_data.load_split_ids(corpus, "validation", TOKENIZER, cfg["token_cache_dir"])
+    batches = lm_data.eval_batches(lm_data.pack(val_ids, cfg["seq_len"]), cfg["batch_size"],
+                                   cfg["final_eval_batches"])
+    assert evaluate(eval_step, target.params, batches) == pytest.approx(summary["val_loss_bf16_export"], abs=1e-6)
+    assert abs(summary["val_loss_bf16_export"] - summary["val_loss"]) < 0.05
+
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 1 and samples[0]["id"] == "HumanEval/0" and samples[0]["completion"]
