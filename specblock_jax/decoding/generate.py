@@ -17,6 +17,8 @@ import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.sampling import SamplingParams, sample
+from specblock_jax.decoding.speculative import spec_loop
+from specblock_jax.drafters.prompt_lookup import PromptLookup
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import apply, causal_mask
@@ -121,6 +123,21 @@ def stop_token_ids(target: Target, extra: Sequence[int] = ()) -> list[int]:
     return ids
 
 
+def resolve_drafter(drafter: Any) -> tuple[Any, Any] | None:
+    """None | "ar" -> None (autoregressive); "prompt_lookup" | a Drafter | (Drafter, params)
+    -> (drafter, params)."""
+    if drafter is None or drafter == "ar":
+        return None
+    if drafter == "prompt_lookup":
+        return PromptLookup(), ()
+    if isinstance(drafter, tuple) and len(drafter) == 2:
+        return drafter
+    if hasattr(drafter, "propose"):
+        return drafter, ()
+    raise ValueError(f"unknown drafter {drafter!r}: use None, 'ar', 'prompt_lookup', a Drafter "
+                     "or a (Drafter, params) pair")
+
+
 def generate(
     target: Target,
     prompts: Sequence[str | Sequence[int]],
@@ -137,16 +154,17 @@ def generate(
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
 
-    drafter: None = target-only autoregressive decoding (speculative drafters plug in here once
-    the speculative engine exists). Sampling with seed s gives each prompt its own key stream
+    drafter: None = target-only autoregressive decoding; "prompt_lookup"; a Drafter (see
+    `specblock_jax.drafters`) or a (Drafter, params) pair: speculative decoding, whose output is
+    token-identical to autoregressive decoding when greedy and distributed as the target's
+    sampling distribution otherwise. Sampling with seed s gives each prompt its own key stream
     (fold_in(seed, prompt index)), so results do not depend on how prompts are batched.
     batch_size: rows per compiled batch (the last batch is padded to it); default min(8, prompts).
     max_cache_len (default max_position_embeddings) bounds prompt + max_new_tokens.
     """
-    if drafter is not None:
-        raise NotImplementedError("speculative drafters are not implemented yet: pass drafter=None")
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    spec = resolve_drafter(drafter)
     cfg = target.config
     limit = max_cache_len or cfg.max_position_embeddings
     ids = encode_prompts(target, prompts)
@@ -160,6 +178,7 @@ def generate(
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
     results: list[GenerationResult | None] = [None] * len(ids)
     bsz = batch_size or min(8, len(ids))
+    greedy = float(temperature) <= 0
     for start in range(0, len(order), bsz):
         chunk = order[start:start + bsz]
         rows = chunk + [chunk[0]] * (bsz - len(chunk))  # pad the batch to a fixed size
@@ -171,17 +190,31 @@ def generate(
         budgets = jnp.full((bsz,), max_new_tokens, jnp.int32)
         keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base_key, jnp.asarray(rows))
         sampling = SamplingParams.make(bsz, temperature, top_k, top_p)
-        args = (target.params, jnp.asarray(tokens), lengths, budgets, sampling, stop_arr, keys)
-        static = (target.graphdef, cfg, cache_length(bucket, max_new_tokens), max_new_tokens)
-        exe, compile_s = compiled(_ar_loop, static, *args)
+        inputs = (jnp.asarray(tokens), lengths, budgets, sampling, stop_arr, keys)
+        if spec is None:
+            static = (target.graphdef, cfg, cache_length(bucket, max_new_tokens), max_new_tokens)
+            exe, compile_s = compiled(_ar_loop, static, target.params, *inputs)
+        else:
+            d, dparams = spec
+            static = (target.graphdef, cfg, d, cache_length(bucket, max_new_tokens, d.num_nodes),
+                      max_new_tokens, greedy)
+            exe, compile_s = compiled(spec_loop, static, target.params, dparams, *inputs)
         t0 = time.perf_counter()
-        out, generated, stopped = jax.device_get(exe(*args))
+        outputs = jax.device_get(exe(target.params, *inputs) if spec is None
+                                 else exe(target.params, spec[1], *inputs))
         wall = time.perf_counter() - t0
+        out, generated, stopped = outputs[:3]
+        forwards = outputs[3] if spec is not None else generated
         for r, i in enumerate(chunk):
             new = out[r, :generated[r]].tolist()
             text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer else None
-            stats = {"prompt_tokens": len(ids[i]), "new_tokens": len(new), "target_forwards": len(new),
-                     "tau": 1.0, "finish_reason": "stop" if stopped[r] else "length",
+            # tau: tokens committed per decoding forward, bonus included (the prefill's token
+            # is not counted, nor is its forward); exactly 1 for autoregressive decoding
+            fw = int(forwards[r]) if spec is not None else max(len(new) - 1, 0)
+            tau = (len(new) - 1) / fw if fw else None
+            stats = {"prompt_tokens": len(ids[i]), "new_tokens": len(new), "target_forwards": fw + 1,
+                     "tau": 1.0 if spec is None and fw else tau,
+                     "finish_reason": "stop" if stopped[r] else "length",
                      "batch_wall_s": wall, "compile_s": compile_s, "batch_size": bsz}
             results[i] = GenerationResult(text, new, stats)
     return results  # type: ignore[return-value]

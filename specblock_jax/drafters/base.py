@@ -1,0 +1,47 @@
+"""The drafter protocol: what every drafter (prompt lookup, EAGLE-3, SpecBlock, DFlash) implements.
+
+A drafter is a frozen dataclass (hashable, a static argument under jit) holding only settings;
+its weights (`params`) and its per-batch `state` are pytrees passed through the decode loop.
+All three methods are pure and run inside the loop's jit:
+
+    state = drafter.init_state(params, prefill)               after the target's prefill
+    tree, state = drafter.propose(params, state, ctx, key)      before each target forward
+    state = drafter.update(params, state, ctx, result, hidden)  after each verification
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, Protocol
+
+import jax
+
+from specblock_jax.spec.tree import DraftTree
+from specblock_jax.spec.verify import VerifyResult
+
+
+class DraftContext(NamedTuple):
+    history: jax.Array  # [B, S] int32 committed tokens (prompt + generated), padded
+    hist_len: jax.Array  # [B] int32 valid entries; history[:, hist_len - 1] is the root
+    root: jax.Array  # [B] int32 the last committed token (its K/V is not in the cache yet)
+    cache_len: jax.Array  # [B] int32 tokens in the target's KV cache (= hist_len - 1)
+
+
+class Prefill(NamedTuple):
+    tokens: jax.Array  # [B, P] right-padded prompt tokens
+    lengths: jax.Array  # [B] prompt lengths
+    hidden: jax.Array | None  # [B, P, n, H] target hidden states at drafter.hidden_ids, or None
+    logits: jax.Array  # [B, V] the target's next-token logits after the prompt
+
+
+class Drafter(Protocol):
+    num_nodes: int  # N: the static node budget of every proposed tree (root included)
+    max_children: int  # most siblings any node of its trees has (bounds verification work)
+    hidden_ids: tuple[int, ...]  # target hidden states the drafter consumes (HF indexing)
+
+    def init_state(self, params: Any, prefill: Prefill) -> Any: ...
+
+    def propose(self, params: Any, state: Any, ctx: DraftContext, key: jax.Array
+                ) -> tuple[DraftTree, Any]: ...
+
+    def update(self, params: Any, state: Any, ctx: DraftContext, result: VerifyResult,
+               hidden: jax.Array | None) -> Any: ...
