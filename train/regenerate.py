@@ -1,0 +1,208 @@
+"""Drafter training data by regeneration: the target answers every training prompt itself.
+
+Speculative drafters learn to predict the target's own outputs, so each prompt is answered by the
+target once per mode (`greedy`: temperature 0; `sampled`: `--temperature`, `--top-k`, `--top-p`).
+
+    python -m train.regenerate --target assets/target --prompts assets/prompts/train.jsonl \
+        --out data/regen/train --max-new-tokens 256 --modes greedy,sampled --temperature 1.0 \
+        --seed 0 --batch-size 16 [--limit N] [--random-target] [--tfds-dir data/tfds/train]
+
+Output folder:
+  <mode>.jsonl    one record per (prompt, mode), appended and flushed batch by batch:
+                  {"id", "mode", "prompt", "response", "prompt_ids", "response_ids", "finish_reason"}
+                  prompt_ids start with BOS; response_ids are the new tokens, ending with EOS when
+                  the target stopped by itself (finish_reason "stop"), else "length".
+  settings.json   the generation settings; a rerun with different ones is refused (no mixing).
+  summary.json    counts, mean response tokens, finish reasons, skipped records, times.
+
+--tfds-dir: afterwards, (re)build the `specblock_regen` TFDS dataset of everything in --out there
+(see specblock_jax.training.regen_dataset); rerunning a finished job only rebuilds it.
+
+Resume: rerunning the same command skips (id, mode) pairs already written; a torn last line
+(a kill mid-write) is cut off. Bad input lines (invalid JSON, missing fields, empty prompts,
+duplicate ids, prompt tokens + max_new_tokens beyond the model's positions) are skipped and
+logged with their line number and reason.
+
+Sampled key streams: each `sbj.generate` call gets a seed hashed from (--seed, mode, the ids of its
+batch), so an identical run is reproducible and different batches never share random numbers.
+A resumed run re-batches the pending prompts, so their samples differ from an uninterrupted run's
+(they are equally valid samples of the target).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+from tqdm import tqdm
+
+import specblock_jax as sbj
+from infer.decode import done_ids, load, read_prompts
+from specblock_jax.decoding.generate import encode_prompts
+from specblock_jax.training.regen_dataset import MODES, build_tfds, read_records
+
+log = logging.getLogger("regenerate")
+SETTING_KEYS = ("target", "random_target", "max_new_tokens", "temperature", "top_k", "top_p", "seed")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="regenerate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--target", default="assets/target", help="HF checkpoint folder (default %(default)s)")
+    p.add_argument("--random-target", action="store_true",
+                   help="use a randomly initialised tiny Qwen3 with the shipped tokenizer (smoke tests)")
+    p.add_argument("--prompts", type=Path, required=True, help="JSONL with {id, prompt} per line")
+    p.add_argument("--out", type=Path, required=True, help="output folder (resumable)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--modes", default="greedy,sampled", help=f"comma-separated subset of {MODES}")
+    p.add_argument("--temperature", type=float, default=1.0, help="temperature of the sampled mode")
+    p.add_argument("--top-k", type=int, default=0, help="top-k of the sampled mode (0 = off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="top-p of the sampled mode")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--limit", type=int, default=None, help="use only the first N valid prompts")
+    p.add_argument("--tfds-dir", type=Path, default=None,
+                   help="then build the specblock_regen TFDS dataset into this data_dir")
+    args = p.parse_args(argv)
+    args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in args.modes if m not in MODES]
+    if bad or not args.modes:
+        p.error(f"--modes: unknown {bad}; choose from {MODES}")
+    if args.temperature <= 0 and "sampled" in args.modes:
+        p.error("--temperature must be > 0 for the sampled mode")
+    return args
+
+
+def check_settings(args: argparse.Namespace) -> dict:
+    """Writes settings.json on the first run; refuses a rerun whose settings differ."""
+    settings = {k: getattr(args, k) for k in SETTING_KEYS}
+    path = args.out / "settings.json"
+    if path.exists():
+        old = json.loads(path.read_text(encoding="utf-8"))
+        diff = {k: (old.get(k), v) for k, v in settings.items() if old.get(k) != v}
+        if diff:
+            raise SystemExit(f"{args.out} was generated with other settings {diff} (old, new); "
+                             "use another --out folder")
+    else:
+        path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+    return settings
+
+
+def valid_prompts(target: sbj.Target, args: argparse.Namespace) -> tuple[list[dict], list[str]]:
+    """Records {id, prompt, line, prompt_ids} of the first --limit usable prompts, and skip reasons."""
+    records, skipped = read_prompts(args.prompts)
+    limit = target.config.max_position_embeddings
+    out = []
+    for rec in records:
+        if args.limit is not None and len(out) >= args.limit:
+            break
+        ids = encode_prompts(target, [rec["prompt"]])[0]
+        if len(ids) + args.max_new_tokens > limit:
+            skipped.append(f"line {rec['line']} (id {rec['id']!r}): {len(ids)} prompt tokens + "
+                           f"{args.max_new_tokens} new tokens exceed the model's {limit} positions")
+            continue
+        out.append({**rec, "prompt_ids": ids})
+    return out, skipped
+
+
+def batch_seed(seed: int, mode: str, ids: list[str]) -> int:
+    """A 31-bit seed hashed from the run seed, the mode and the batch's ids."""
+    digest = hashlib.sha256(json.dumps([seed, mode, ids]).encode()).digest()
+    return int.from_bytes(digest[:4], "little") >> 1
+
+
+def run_mode(target: sbj.Target, mode: str, todo: list[dict], args: argparse.Namespace,
+             bar: tqdm) -> dict[str, float]:
+    """Generates `todo` (sorted by length) batch by batch, appending to <out>/<mode>.jsonl."""
+    temp, top_k, top_p = (0.0, 0, 1.0) if mode == "greedy" else (args.temperature, args.top_k, args.top_p)
+    times = {"run_s": 0.0, "compile_s": 0.0}
+    with (args.out / f"{mode}.jsonl").open("a", encoding="utf-8") as f:
+        for start in range(0, len(todo), args.batch_size):
+            batch = todo[start:start + args.batch_size]
+            t0 = time.perf_counter()
+            results = sbj.generate(
+                target, [r["prompt_ids"] for r in batch], temperature=temp, top_k=top_k, top_p=top_p,
+                max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
+                seed=batch_seed(args.seed, mode, [r["id"] for r in batch]),
+            )
+            compile_s = results[0].stats["compile_s"]
+            times["compile_s"] += compile_s
+            times["run_s"] += time.perf_counter() - t0 - compile_s
+            for rec, res in zip(batch, results):
+                f.write(json.dumps({
+                    "id": rec["id"], "mode": mode, "prompt": rec["prompt"],
+                    "response": target.tokenizer.decode(res.token_ids, skip_special_tokens=True),
+                    "prompt_ids": rec["prompt_ids"], "response_ids": res.token_ids,
+                    "finish_reason": res.stats["finish_reason"],
+                }) + "\n")
+            f.flush()
+            bar.update(len(batch))
+    return times
+
+
+def summarize(args: argparse.Namespace, settings: dict, skipped: list[str], n_valid: int,
+              times: dict[str, dict[str, float]], wall_s: float) -> dict:
+    """summary.json over everything in the output folder (all runs), plus this run's times."""
+    modes = {}
+    for mode in args.modes:
+        recs = read_records(args.out / f"{mode}.jsonl")
+        n = len(recs)
+        new = sum(len(r["response_ids"]) for r in recs)
+        modes[mode] = {
+            "records": n,
+            "mean_prompt_tokens": sum(len(r["prompt_ids"]) for r in recs) / n if n else 0.0,
+            "mean_response_tokens": new / n if n else 0.0,
+            "response_tokens": new,
+            "finish_reasons": dict(Counter(r["finish_reason"] for r in recs)),
+            "this_run": times.get(mode, {}),
+        }
+    return {
+        "settings": settings, "prompts_file": str(args.prompts), "limit": args.limit,
+        "batch_size": args.batch_size, "valid_prompts": n_valid, "skipped": len(skipped),
+        "skipped_reasons": skipped[:50], "modes": modes, "this_run_wall_s": round(wall_s, 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    args = parse_args(argv)
+    if not args.prompts.exists():
+        raise SystemExit(f"{args.prompts}: prompt file not found")
+    t_start = time.perf_counter()
+    target = load(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    settings = check_settings(args)
+    records, skipped = valid_prompts(target, args)
+    for msg in skipped:
+        log.warning("skipped %s", msg)
+    pending = {}
+    for mode in args.modes:
+        done = done_ids(args.out / f"{mode}.jsonl")
+        todo = [r for r in records if r["id"] not in done]
+        pending[mode] = sorted(todo, key=lambda r: len(r["prompt_ids"]))  # similar lengths batch together
+        log.info("%s: %d prompts to generate, %d already done", mode, len(pending[mode]),
+                 len(records) - len(pending[mode]))
+    times = {}
+    with tqdm(total=sum(len(v) for v in pending.values()), desc="regenerate", unit="rec") as bar:
+        for mode in args.modes:
+            times[mode] = run_mode(target, mode, pending[mode], args, bar)
+    summary = summarize(args, settings, skipped, len(records), times, time.perf_counter() - t_start)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    for mode, s in summary["modes"].items():
+        print(f"{mode:<8} {s['records']:>6} records  mean response {s['mean_response_tokens']:.1f} "
+              f"tokens  finish {s['finish_reasons']}")
+    print(f"{len(skipped)} prompts skipped (reasons above); wrote {args.out}")
+    if args.tfds_dir is not None:
+        builder = build_tfds(args.out, args.tfds_dir)
+        splits = {k: v.num_examples for k, v in builder.info.splits.items()}
+        print(f"TFDS specblock_regen {splits} -> {builder.data_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
