@@ -33,8 +33,8 @@ def _write_corpus(directory: Path) -> None:
         with open(directory / f"{split}.jsonl", "w") as f:
             for i in range(n):
                 a, b = rng.integers(0, 100, size=2)
-                text = (f"def add_{i}(x, y):\n    \"\"\"Return x + y + {a}.\"\"\"\n    return x + y + {a}\n\n"
-                        f"def mul_{i}(x):\n    return x * {b}\n")
+                text = (f"def add_{i}(x, y):\n    \"\"\"Return x + y + {a}.\"\"\"\n"
+                        f"    return x + y + {a}\n\n\ndef mul_{i}(x):\n    return x * {b}\n")
                 f.write(json.dumps({"path": f"{split}/m{i}.py", "text": text}) + "\n")
 
 
@@ -84,20 +84,23 @@ def test_tokenised_split_is_bos_text_eos_and_cached(corpus):
     texts = lm_data.read_texts(corpus / "validation.jsonl")
     expected = []
     for text in texts:
-        expected += [tok.bos_token_id] + tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        body = tok(text, add_special_tokens=False)["input_ids"]
+        expected += [tok.bos_token_id] + body + [tok.eos_token_id]
     np.testing.assert_array_equal(ids, np.asarray(expected))
     cached = list(cache_dir.glob("validation-*.npy"))
     assert [p.name for p in cached] == [f"validation-{lm_data.tokenizer_hash(TOKENIZER)}.npy"]
     (corpus / "validation.jsonl").rename(corpus / "validation.moved")  # the cache must suffice
     try:
-        np.testing.assert_array_equal(lm_data.load_split_ids(corpus, "validation", TOKENIZER, cache_dir), ids)
+        again = lm_data.load_split_ids(corpus, "validation", TOKENIZER, cache_dir)
+        np.testing.assert_array_equal(again, ids)
     finally:
         (corpus / "validation.moved").rename(corpus / "validation.jsonl")
 
 
 def test_bad_record_is_named(tmp_path):
     path = tmp_path / "train.jsonl"
-    path.write_text(json.dumps({"path": "a.py", "text": "x = 1"}) + "\n" + json.dumps({"path": "b.py"}) + "\n")
+    records = [{"path": "a.py", "text": "x = 1"}, {"path": "b.py"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
     with pytest.raises(ValueError, match=r"train.jsonl:2: record has no string field 'text'"):
         lm_data.read_texts(path)
 
@@ -214,7 +217,8 @@ def test_export_loads_with_load_target(trained, corpus):
     val_ids = lm_data.load_split_ids(corpus, "validation", TOKENIZER, cfg["token_cache_dir"])
     batches = lm_data.eval_batches(lm_data.pack(val_ids, cfg["seq_len"]), cfg["batch_size"],
                                    cfg["final_eval_batches"])
-    assert evaluate(eval_step, target.params, batches) == pytest.approx(summary["val_loss_bf16_export"], abs=1e-6)
+    loss = evaluate(eval_step, target.params, batches)
+    assert loss == pytest.approx(summary["val_loss_bf16_export"], abs=1e-6)
     assert abs(summary["val_loss_bf16_export"] - summary["val_loss"]) < 0.05
 
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]

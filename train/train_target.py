@@ -33,7 +33,9 @@ import orbax.checkpoint as ocp
 import yaml
 from tqdm import tqdm
 
-from specblock_jax.models import ModelConfig, RopeConfig, Target, apply, causal_mask, init_target
+import specblock_jax as sbj
+from specblock_jax.models import (ModelConfig, RopeConfig, Target, apply, causal_mask, init_target,
+                                  load_target, load_tokenizer, save_target)
 from train import lm_data
 
 
@@ -246,23 +248,21 @@ def train(cfg: dict[str, Any], stop_after: int | None = None) -> dict[str, Any]:
 def finish(cfg: dict[str, Any], target: Target, eval_step, val_windows: np.ndarray, step: int,
            elapsed: float) -> dict[str, Any]:
     """Final validation, bf16 export with the tokenizer, validation of the export, greedy samples."""
-    import specblock_jax as sbj
-    from specblock_jax.models import load_target, load_tokenizer
-
     out = run_dir(cfg)
     final_batches = lm_data.eval_batches(val_windows, cfg["batch_size"], cfg["final_eval_batches"])
     val = evaluate(eval_step, target.params, final_batches)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_losses = [r["loss"] for r in records if "loss" in r][-10:]
-    export_dir = sbj.save_target(target.replace(tokenizer=load_tokenizer(cfg["tokenizer_dir"])),
-                                 cfg["out_dir"], dtype="bfloat16")
+    export_dir = save_target(target.replace(tokenizer=load_tokenizer(cfg["tokenizer_dir"])),
+                             cfg["out_dir"], dtype="bfloat16")
     exported = load_target(export_dir, dtype="float32")
     val_export = evaluate(eval_step, exported.params, final_batches)
     summary = {
         "name": cfg["name"], "parameters": target.config.num_params(), "steps": step,
         "tokens_seen": step * cfg["batch_size"] * cfg["seq_len"], "train_time_s": elapsed,
         "train_loss_last10_logs": float(np.mean(train_losses)) if train_losses else None,
-        "val_loss": val, "val_ppl": math.exp(val), "val_tokens": len(final_batches) * final_batches[0][:, 1:].size,
+        "val_loss": val, "val_ppl": math.exp(val),
+        "val_tokens": len(final_batches) * cfg["batch_size"] * cfg["seq_len"],
         "val_loss_bf16_export": val_export, "val_ppl_bf16_export": math.exp(val_export),
         "export_dir": str(export_dir), "config": cfg,
     }
