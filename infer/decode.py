@@ -1,10 +1,11 @@
 """`specblock-decode`: batch decoding of a JSONL prompt file into a JSONL result file.
 
-Input: one `{"id": str, "prompt": str}` per line. Output: one line per finished prompt with its
-completion, token ids and statistics, appended batch by batch and flushed, so a killed job loses
-at most the batch in flight; rerunning the same command skips ids already in the output (resume).
-Bad records (invalid JSON, missing fields, empty or overlong prompts, duplicate ids) are skipped
-with their line number and reason; the job goes on.
+Input: one `{"id", "prompt"}` per line, optionally with per-record `max_new_tokens` and
+`temperature`. Output: one line per record, `{"id", "text", "token_ids", "stats"}`, or
+`{"id", "line", "error"}` for a record that cannot be decoded (invalid JSON, missing fields, empty
+or overlong prompt, duplicate id). Each line is appended with a single write as soon as its batch
+finishes, so a killed job loses only the batch in flight; rerunning the same command skips every
+record already written (resume) and cuts off a torn last line.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -24,11 +26,12 @@ from specblock_jax.decoding.generate import encode_prompts
 log = logging.getLogger("specblock-decode")
 DEFAULT_TARGET = "assets/target"
 DEFAULT_TOKENIZER = "assets/tokenizer"
+METHODS = ("ar", "prompt_lookup")
 
 
-def read_prompts(path: Path) -> tuple[list[dict], list[str]]:
-    """Valid records and one message per skipped line ("line N: reason")."""
-    records, skipped, seen = [], [], set()
+def read_prompts(path: Path) -> tuple[list[dict], list[dict]]:
+    """(valid records, error records). Records are keyed by id, error records by "line N"."""
+    records, errors, seen = [], [], set()
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
@@ -36,23 +39,39 @@ def read_prompts(path: Path) -> tuple[list[dict], list[str]]:
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError as e:
-                skipped.append(f"line {n}: invalid JSON ({e.msg})")
+                errors.append({"key": f"line {n}", "id": None, "line": n, "error": f"invalid JSON ({e.msg})"})
                 continue
-            if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str) or "id" not in rec:
-                skipped.append(f"line {n}: expected an object with 'id' and a string 'prompt'")
+            rid = str(rec["id"]) if isinstance(rec, dict) and rec.get("id") is not None else None
+            err = None
+            if not isinstance(rec, dict) or rid is None or not isinstance(rec.get("prompt"), str):
+                err = "expected an object with 'id' and a string 'prompt'"
             elif not rec["prompt"]:
-                skipped.append(f"line {n} (id {rec['id']!r}): empty prompt")
-            elif str(rec["id"]) in seen:
-                skipped.append(f"line {n} (id {rec['id']!r}): duplicate id")
-            else:
-                seen.add(str(rec["id"]))
-                records.append({"id": str(rec["id"]), "prompt": rec["prompt"], "line": n})
-    return records, skipped
+                err = "empty prompt"
+            elif rid in seen:
+                err = "duplicate id"
+            elif not _optional_number(rec, "max_new_tokens", int) or not _optional_number(rec, "temperature", float):
+                err = "max_new_tokens must be a positive integer and temperature a number >= 0"
+            if err:
+                errors.append({"key": f"line {n}", "id": rid, "line": n, "error": err})
+                continue
+            seen.add(rid)
+            records.append({"key": rid, "id": rid, "line": n, "prompt": rec["prompt"],
+                            "max_new_tokens": rec.get("max_new_tokens"), "temperature": rec.get("temperature")})
+    return records, errors
 
 
-def done_ids(out: Path) -> set[str]:
-    """Ids already written to the output. A torn last line (a kill mid-write) is cut off."""
-    ids = set()
+def _optional_number(rec: dict, name: str, kind) -> bool:
+    value = rec.get(name)
+    if value is None:
+        return True
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def done_keys(out: Path) -> set[str]:
+    """Keys of records already written. A torn last line (a kill mid-write) is cut off."""
+    keys = set()
     if out.exists():
         data = out.read_bytes()
         if data and not data.endswith(b"\n"):
@@ -61,13 +80,28 @@ def done_ids(out: Path) -> set[str]:
             log.warning("%s: removed a torn last line", out)
         for line in data.decode("utf-8").splitlines():
             try:
-                ids.add(str(json.loads(line)["id"]))
-            except (json.JSONDecodeError, KeyError, TypeError):
+                rec = json.loads(line)
+            except json.JSONDecodeError:
                 continue
-    return ids
+            keys.add(f"line {rec.get('line')}" if "error" in rec else str(rec["id"]))
+    return keys
 
 
-def load(args) -> sbj.Target:
+class Appender:
+    """Appends whole JSON lines, each with one write(2) on an O_APPEND descriptor."""
+
+    def __init__(self, path: Path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, record: dict) -> None:
+        os.write(self.fd, (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def load_target(args) -> sbj.Target:
     if args.random_target:
         tok = sbj.models.load_tokenizer(DEFAULT_TOKENIZER)
         cfg = sbj.models.config.tiny(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
@@ -79,6 +113,15 @@ def load(args) -> sbj.Target:
     return target
 
 
+def resolve_method(method: str):
+    """'ar' | 'prompt_lookup' -> what `sbj.generate` takes as `drafter`."""
+    if method in METHODS:
+        return None if method == "ar" else method
+    if Path(method).is_dir():
+        raise SystemExit(f"--method {method}: loading trained drafter folders is not implemented yet")
+    raise SystemExit(f"--method {method!r}: expected one of {METHODS} or a drafter folder")
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="specblock-decode", description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", type=Path, required=True, help="JSONL with {id, prompt} per line")
@@ -86,13 +129,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target", default=DEFAULT_TARGET, help="HF checkpoint folder (default %(default)s)")
     p.add_argument("--random-target", action="store_true",
                    help="use a randomly initialised tiny Qwen3 with the shipped tokenizer (smoke tests)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    p.add_argument("--method", default="ar", help="ar | prompt_lookup (default %(default)s)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="default per record")
+    p.add_argument("--temperature", type=float, default=0.0, help="default per record; 0 = greedy")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--limit", type=int, default=None, help="decode only the first N prompts")
+    p.add_argument("--limit", type=int, default=None, help="decode only the first N records")
     return p.parse_args(argv)
 
 
@@ -101,52 +145,56 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if not args.prompts.exists():
         raise SystemExit(f"{args.prompts}: prompt file not found")
-    target = load(args)
-    records, skipped = read_prompts(args.prompts)
-    records = records[: args.limit] if args.limit else records
+    drafter = resolve_method(args.method)
+    target = load_target(args)
+    records, errors = read_prompts(args.prompts)
+    if args.limit and len(records) > args.limit:  # the first N records and the errors among them
+        cutoff = records[args.limit]["line"]
+        records, errors = records[: args.limit], [e for e in errors if e["line"] < cutoff]
+    finished = done_keys(args.out)
     limit = target.config.max_position_embeddings
     todo = []
-    finished = done_ids(args.out)
     for rec in records:
-        if rec["id"] in finished:
+        if rec["key"] in finished:
             continue
+        rec["budget"] = rec["max_new_tokens"] or args.max_new_tokens
+        rec["temp"] = args.temperature if rec["temperature"] is None else float(rec["temperature"])
         n = len(encode_prompts(target, [rec["prompt"]])[0])
-        if n + args.max_new_tokens > limit:
-            skipped.append(f"line {rec['line']} (id {rec['id']!r}): {n} prompt tokens + "
-                           f"{args.max_new_tokens} new tokens exceed the model's {limit} positions")
+        if n + rec["budget"] > limit:
+            errors.append({"key": f"line {rec['line']}", "id": rec["id"], "line": rec["line"],
+                           "error": f"{n} prompt tokens + {rec['budget']} new tokens exceed the "
+                                    f"model's {limit} positions"})
             continue
         todo.append((n, rec))
-    for msg in skipped:
-        log.warning("skipped %s", msg)
-    log.info("%d prompts to decode, %d already done, %d skipped", len(todo),
-             len(finished & {r["id"] for r in records}), len(skipped))
+    out = Appender(args.out)
+    new_errors = [e for e in errors if e["key"] not in finished]
+    for e in new_errors:
+        log.warning("record at line %d (id %r): %s", e["line"], e["id"], e["error"])
+        out.write({k: e[k] for k in ("id", "line", "error")})
+    log.info("%d records to decode, %d already done, %d errors", len(todo),
+             len(finished & {r["key"] for r in records}), len(new_errors))
     todo.sort(key=lambda x: x[0])  # similar lengths share a batch and a length bucket
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    totals = {"new_tokens": 0, "run_s": 0.0, "compile_s": 0.0}
-    with args.out.open("a", encoding="utf-8") as out, tqdm(total=len(todo), desc="decode") as bar:
+    tokens, run_s, compile_s = 0, 0.0, 0.0
+    with tqdm(total=len(todo), desc=f"decode ({args.method})", unit="rec") as bar:
         for start in range(0, len(todo), args.batch_size):
             batch = [rec for _, rec in todo[start:start + args.batch_size]]
             t0 = time.perf_counter()
             results = sbj.generate(
-                target, [r["prompt"] for r in batch], temperature=args.temperature, top_k=args.top_k,
-                top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                batch_size=args.batch_size,
+                target, [r["prompt"] for r in batch], drafter=drafter,
+                temperature=[r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p,
+                max_new_tokens=[r["budget"] for r in batch], seed=args.seed, batch_size=args.batch_size,
             )
-            compile_s = results[0].stats["compile_s"]
-            totals["compile_s"] += compile_s
-            totals["run_s"] += time.perf_counter() - t0 - compile_s
+            compile_s += results[0].stats["compile_s"]
+            run_s += time.perf_counter() - t0 - results[0].stats["compile_s"]
             for rec, res in zip(batch, results):
-                totals["new_tokens"] += len(res.token_ids)
-                out.write(json.dumps({"id": rec["id"], "completion": res.text,
-                                      "token_ids": res.token_ids, "stats": res.stats}) + "\n")
-            out.flush()
+                tokens += len(res.token_ids)
+                out.write({"id": rec["id"], "text": res.text, "token_ids": res.token_ids, "stats": res.stats})
             bar.update(len(batch))
-    tps = totals["new_tokens"] / totals["run_s"] if totals["run_s"] else float("nan")
-    print(f"\ndecoded {len(todo)} prompts -> {args.out}")
-    print(f"{'method':<14}{'new tokens':>12}{'tokens/s':>12}{'tau':>6}{'compile s':>11}")
-    print(f"{'target-only':<14}{totals['new_tokens']:>12}{tps:>12.1f}{1.0:>6.2f}{totals['compile_s']:>11.1f}")
-    if skipped:
-        print(f"{len(skipped)} records skipped (reasons above)")
+            bar.set_postfix(tok_s=f"{tokens / run_s:.1f}" if run_s else "-")
+    out.close()
+    print(f"\n{len(todo)} records decoded with {args.method} -> {args.out}; {len(new_errors)} error records")
+    print(f"{tokens} new tokens, {tokens / run_s if run_s else float('nan'):.1f} tokens/s "
+          f"(compilation excluded: {compile_s:.1f} s)")
     return 0
 
 

@@ -1,8 +1,13 @@
-"""`specblock-decode`: JSONL in, JSONL out, bad records skipped with reasons, resume after a kill."""
+"""`specblock-decode`: JSONL in/out, error records, per-record settings, methods, resume after kill."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -10,7 +15,7 @@ import specblock_jax as sbj
 from infer import decode
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def tiny_ckpt(tmp_path_factory):
     tok = sbj.models.load_tokenizer("assets/tokenizer")
     cfg = sbj.models.config.tiny(vocab_size=len(tok), bos_token_id=0, eos_token_ids=(1,))
@@ -23,7 +28,11 @@ def _write(path, lines):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def test_decodes_skips_bad_records_and_resumes(tiny_ckpt, tmp_path, caplog):
+def _rows(out):
+    return [json.loads(x) for x in out.read_text().splitlines()]
+
+
+def test_decodes_writes_error_records_and_resumes(tiny_ckpt, tmp_path, caplog):
     prompts = tmp_path / "p.jsonl"
     good = [json.dumps({"id": f"p{i}", "prompt": f"def f{i}(x):\n    return"}) for i in range(5)]
     _write(prompts, good[:3] + [
@@ -31,41 +40,79 @@ def test_decodes_skips_bad_records_and_resumes(tiny_ckpt, tmp_path, caplog):
         json.dumps({"id": "e", "prompt": ""}),
         json.dumps({"id": "p0", "prompt": "dup"}),
         json.dumps({"prompt": "no id"}),
-        json.dumps({"id": "long", "prompt": "x " * 700}),
-    ] + good[3:])
+        json.dumps({"id": "long", "prompt": "x " * 700}),  # > 512 positions with the budget
+        json.dumps({"id": "bad", "prompt": "x", "max_new_tokens": -3}),
+    ] + good[3:] + [json.dumps({"id": "own", "prompt": "import os", "max_new_tokens": 3, "temperature": 0.5})])
     out = tmp_path / "out.jsonl"
     args = ["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out", str(out),
             "--max-new-tokens", "8", "--batch-size", "2"]
-    # simulate a job killed after the first batch: keep its lines plus a torn partial line
+    # a job stopped after two records, with a torn partial line at the end
     assert decode.main(args + ["--limit", "2"]) == 0
-    first = out.read_text().splitlines()
-    assert [json.loads(x)["id"] for x in first] == ["p0", "p1"]
-    out.write_text("\n".join(first) + '\n{"id": "p2", "compl')
-    caplog.clear()
-    # the model allows 512 positions, so the 400-word prompt + 8 new tokens does not fit
-    sbj_cfg = sbj.load_target(tiny_ckpt).config
-    assert sbj_cfg.max_position_embeddings == 512
+    assert [r["id"] for r in _rows(out)] == ["p0", "p1"]
+    out.write_text(out.read_text() + '{"id": "p2", "te')
     assert decode.main(args) == 0
-    text = caplog.text
-    assert "line 4: invalid JSON" in text
-    assert "line 5 (id 'e'): empty prompt" in text
-    assert "line 6 (id 'p0'): duplicate id" in text
-    assert "line 7: expected an object with 'id'" in text
-    assert "line 8 (id 'long')" in text and "exceed the model's 512 positions" in text
-    assert "removed a torn last line" in text
-    rows = [json.loads(x) for x in out.read_text().splitlines()]
-    ids = [r["id"] for r in rows]
-    assert sorted(ids) == ["p0", "p1", "p2", "p3", "p4"] and len(ids) == 5  # nothing decoded twice
+    assert "removed a torn last line" in caplog.text
+    rows = _rows(out)
+    errors = {r["line"]: r["error"] for r in rows if "error" in r}
+    assert errors == {
+        4: "invalid JSON (Expecting property name enclosed in double quotes)",
+        5: "empty prompt", 6: "duplicate id",
+        7: "expected an object with 'id' and a string 'prompt'",
+        8: errors[8], 9: "max_new_tokens must be a positive integer and temperature a number >= 0"}
+    assert "exceed the model's 512 positions" in errors[8]
+    done = [r for r in rows if "error" not in r]
+    assert sorted(r["id"] for r in done) == ["own", "p0", "p1", "p2", "p3", "p4"]  # each once
     target = sbj.load_target(tiny_ckpt)
-    for r in rows:
-        assert len(r["token_ids"]) == r["stats"]["new_tokens"] <= 8
-        assert r["completion"] == target.tokenizer.decode(r["token_ids"], skip_special_tokens=True)
-    # greedy output equals the library call for the same prompt
+    for r in done:
+        assert len(r["token_ids"]) == r["stats"]["new_tokens"] <= (3 if r["id"] == "own" else 8)
+        assert r["text"] == target.tokenizer.decode(r["token_ids"], skip_special_tokens=True)
+        assert {"target_forwards", "tau", "draft_time_s", "total_time_s"} <= set(r["stats"])
     again = sbj.generate(target, ["def f3(x):\n    return"], max_new_tokens=8)[0]
-    assert next(r for r in rows if r["id"] == "p3")["token_ids"] == again.token_ids
+    assert next(r for r in done if r["id"] == "p3")["token_ids"] == again.token_ids
+    # a third run finds everything done and writes nothing
+    before = out.read_text()
+    assert decode.main(args) == 0
+    assert out.read_text() == before
 
 
-def test_missing_prompt_file_is_a_clear_error(tmp_path, tiny_ckpt):
+def test_prompt_lookup_method_gives_the_same_greedy_output(tiny_ckpt, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    _write(prompts, [json.dumps({"id": str(i), "prompt": "a = 1\nb = 2\n" * (i + 1)}) for i in range(4)])
+    outs = {}
+    for method in ("ar", "prompt_lookup"):
+        outs[method] = tmp_path / f"{method}.jsonl"
+        decode.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out", str(outs[method]),
+                     "--max-new-tokens", "12", "--method", method])
+    ar = {r["id"]: r["token_ids"] for r in _rows(outs["ar"])}
+    pl = {r["id"]: r["token_ids"] for r in _rows(outs["prompt_lookup"])}
+    assert ar == pl
+
+
+def test_bad_arguments_are_clear_errors(tmp_path, tiny_ckpt):
     with pytest.raises(SystemExit, match="prompt file not found"):
         decode.main(["--target", str(tiny_ckpt), "--prompts", str(tmp_path / "none.jsonl"),
                      "--out", str(tmp_path / "o.jsonl")])
+    (tmp_path / "p.jsonl").write_text('{"id": 1, "prompt": "x"}\n')
+    with pytest.raises(SystemExit, match="expected one of"):
+        decode.main(["--target", str(tiny_ckpt), "--prompts", str(tmp_path / "p.jsonl"),
+                     "--out", str(tmp_path / "o.jsonl"), "--method", "medusa"])
+
+
+def test_sigkill_mid_run_then_rerun_yields_every_record_exactly_once(tiny_ckpt, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    n = 24
+    _write(prompts, [json.dumps({"id": f"r{i}", "prompt": f"def g{i}():\n"}) for i in range(n)])
+    out = tmp_path / "out.jsonl"
+    cmd = [sys.executable, "-m", "infer.decode", "--target", str(tiny_ckpt), "--prompts", str(prompts),
+           "--out", str(out), "--max-new-tokens", "64", "--batch-size", "1", "--method", "prompt_lookup"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_at = len(out.read_text().splitlines())
+    assert 3 <= killed_at < n, "the job must be killed mid-run for this test to mean anything"
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ids = [r["id"] for r in _rows(out)]
+    assert sorted(ids) == sorted(f"r{i}" for i in range(n)) and len(ids) == n

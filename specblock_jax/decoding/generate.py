@@ -1,8 +1,9 @@
-"""`generate`: batched autoregressive decoding, prefill and the whole decode loop in one jit.
+"""`generate`: batched decoding, autoregressive or speculative, prefill and the whole decode loop
+in one jit.
 
 Prompts are right-padded to a length bucket and the batch to a fixed size, so a job with many
-prompts compiles once per (batch, prompt bucket, max_new_tokens). Every sequence stops on its own
-(a stop token or its token budget); the loop ends when all have stopped.
+prompts compiles once per (batch, prompt bucket, largest max_new_tokens, method). Every sequence
+stops on its own (a stop token or its token budget); the loop ends when all have stopped.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
+from specblock_jax.decoding.draft_cost import propose_seconds
 from specblock_jax.decoding.sampling import SamplingParams, sample
 from specblock_jax.decoding.speculative import spec_loop
 from specblock_jax.drafters.prompt_lookup import PromptLookup
@@ -138,15 +140,24 @@ def resolve_drafter(drafter: Any) -> tuple[Any, Any] | None:
                      "or a (Drafter, params) pair")
 
 
+def _per_prompt(value, n: int, name: str) -> list:
+    if isinstance(value, (int, float)):
+        return [value] * n
+    value = list(value)
+    if len(value) != n:
+        raise ValueError(f"{name}: got {len(value)} values for {n} prompts")
+    return value
+
+
 def generate(
     target: Target,
     prompts: Sequence[str | Sequence[int]],
     drafter: Any = None,
     *,
-    temperature: float = 0.0,
+    temperature: float | Sequence[float] = 0.0,
     top_k: int = 0,
     top_p: float = 1.0,
-    max_new_tokens: int = 256,
+    max_new_tokens: int | Sequence[int] = 256,
     seed: int = 0,
     stop_tokens: Sequence[int] = (),
     batch_size: int | None = None,
@@ -161,16 +172,19 @@ def generate(
     (fold_in(seed, prompt index)), so results do not depend on how prompts are batched.
     batch_size: rows per compiled batch (the last batch is padded to it); default min(8, prompts).
     max_cache_len (default max_position_embeddings) bounds prompt + max_new_tokens.
+    temperature and max_new_tokens may be given per prompt (sequences as long as `prompts`).
     """
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     spec = resolve_drafter(drafter)
     cfg = target.config
     limit = max_cache_len or cfg.max_position_embeddings
     ids = encode_prompts(target, prompts)
+    budget = _per_prompt(max_new_tokens, len(ids), "max_new_tokens")
+    temps = _per_prompt(temperature, len(ids), "temperature")
     for i, toks in enumerate(ids):
-        if len(toks) + max_new_tokens > limit:
-            raise ValueError(f"prompt {i}: {len(toks)} prompt tokens + max_new_tokens={max_new_tokens} "
+        if budget[i] < 1:
+            raise ValueError(f"prompt {i}: max_new_tokens must be >= 1, got {budget[i]}")
+        if len(toks) + budget[i] > limit:
+            raise ValueError(f"prompt {i}: {len(toks)} prompt tokens + max_new_tokens={budget[i]} "
                              f"exceed the cache limit of {limit} tokens")
     stops = stop_token_ids(target, stop_tokens)
     stop_arr = jnp.asarray(stops + [-1] * (MAX_STOP_TOKENS - len(stops)), jnp.int32)
@@ -178,26 +192,27 @@ def generate(
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
     results: list[GenerationResult | None] = [None] * len(ids)
     bsz = batch_size or min(8, len(ids))
-    greedy = float(temperature) <= 0
+    max_new = max(budget)  # static: one compilation serves every budget up to it
     for start in range(0, len(order), bsz):
         chunk = order[start:start + bsz]
         rows = chunk + [chunk[0]] * (bsz - len(chunk))  # pad the batch to a fixed size
+        greedy = all(temps[i] <= 0 for i in rows)
         bucket = length_bucket(max(len(ids[i]) for i in rows))
         tokens = np.zeros((bsz, bucket), np.int32)
         for r, i in enumerate(rows):
             tokens[r, :len(ids[i])] = ids[i]
         lengths = jnp.asarray([len(ids[i]) for i in rows], jnp.int32)
-        budgets = jnp.full((bsz,), max_new_tokens, jnp.int32)
+        budgets = jnp.asarray([budget[i] for i in rows], jnp.int32)
         keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base_key, jnp.asarray(rows))
-        sampling = SamplingParams.make(bsz, temperature, top_k, top_p)
+        sampling = SamplingParams.make(bsz, [temps[i] for i in rows], top_k, top_p)
         inputs = (jnp.asarray(tokens), lengths, budgets, sampling, stop_arr, keys)
         if spec is None:
-            static = (target.graphdef, cfg, cache_length(bucket, max_new_tokens), max_new_tokens)
+            static = (target.graphdef, cfg, cache_length(bucket, max_new), max_new)
             exe, compile_s = compiled(_ar_loop, static, target.params, *inputs)
         else:
             d, dparams = spec
-            static = (target.graphdef, cfg, d, cache_length(bucket, max_new_tokens, d.num_nodes),
-                      max_new_tokens, greedy)
+            static = (target.graphdef, cfg, d, cache_length(bucket, max_new, d.num_nodes), max_new,
+                      greedy)
             exe, compile_s = compiled(spec_loop, static, target.params, dparams, *inputs)
         t0 = time.perf_counter()
         outputs = jax.device_get(exe(target.params, *inputs) if spec is None
@@ -205,6 +220,9 @@ def generate(
         wall = time.perf_counter() - t0
         out, generated, stopped = outputs[:3]
         forwards = outputs[3] if spec is not None else generated
+        call_s = 0.0
+        if spec is not None:
+            call_s = propose_seconds(cfg, spec[0], spec[1], bsz, bucket, bucket + max_new + spec[0].num_nodes)
         for r, i in enumerate(chunk):
             new = out[r, :generated[r]].tolist()
             text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer else None
@@ -215,6 +233,7 @@ def generate(
             stats = {"prompt_tokens": len(ids[i]), "new_tokens": len(new), "target_forwards": fw + 1,
                      "tau": 1.0 if spec is None and fw else tau,
                      "finish_reason": "stop" if stopped[r] else "length",
-                     "batch_wall_s": wall, "compile_s": compile_s, "batch_size": bsz}
+                     "draft_time_s": fw * call_s, "total_time_s": wall,
+                     "compile_s": compile_s, "batch_size": bsz}
             results[i] = GenerationResult(text, new, stats)
     return results  # type: ignore[return-value]
