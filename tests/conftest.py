@@ -60,3 +60,15 @@ def hf_dirs(tmp_path_factory):
 @pytest.fixture(scope="session")
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory):
+    """A random tiny Qwen3 saved with the shipped tokenizer (for the command-line tools)."""
+    import specblock_jax as sbj
+
+    tok = sbj.models.load_tokenizer("assets/tokenizer")
+    cfg = sbj.models.config.tiny(vocab_size=len(tok), bos_token_id=0, eos_token_ids=(1,))
+    path = tmp_path_factory.mktemp("tiny_target")
+    sbj.save_target(sbj.init_target(cfg, seed=2, tokenizer=tok), path)
+    return path

@@ -15,15 +15,6 @@ import specblock_jax as sbj
 from infer import decode
 
 
-@pytest.fixture(scope="module")
-def tiny_ckpt(tmp_path_factory):
-    tok = sbj.models.load_tokenizer("assets/tokenizer")
-    cfg = sbj.models.config.tiny(vocab_size=len(tok), bos_token_id=0, eos_token_ids=(1,))
-    path = tmp_path_factory.mktemp("target")
-    sbj.save_target(sbj.init_target(cfg, seed=2, tokenizer=tok), path)
-    return path
-
-
 def _write(path, lines):
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -234,6 +234,6 @@ def generate(
                      "tau": 1.0 if spec is None and fw else tau,
                      "finish_reason": "stop" if stopped[r] else "length",
                      "draft_time_s": fw * call_s, "total_time_s": wall,
-                     "compile_s": compile_s, "batch_size": bsz}
+                     "compile_s": compile_s, "batch_size": bsz, "batch": start // bsz}
             results[i] = GenerationResult(text, new, stats)
     return results  # type: ignore[return-value]

@@ -1,0 +1,154 @@
+"""`specblock-bench`: several decoding methods on one prompt set, in one process, side by side.
+
+Follows the measurement protocol of DESIGN.md: target-only autoregressive decoding (`ar`) runs
+first and is the speedup baseline; every method decodes the same prompts with the same batch size,
+budget and temperature; compilation is excluded from throughput and reported apart.
+  tau       tokens committed per decoding forward of the target, bonus token included
+            (the prefill's first token is not counted); per prompt, median [min, max]
+  tokens/s  new tokens / decode-loop wall time, summed over batches
+  speedup   tokens/s of the method / tokens/s of `ar`
+  draft     estimated drafting time per committed token (see decoding/draft_cost.py) and the
+            share of the loop time it represents
+  same      fraction of prompts whose tokens equal `ar`'s (must be 1.0 at temperature 0)
+Writes results.json, results.md and speedup.png into --out-dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import specblock_jax as sbj
+from infer.decode import DEFAULT_TARGET, read_prompts, resolve_method
+
+
+def run_method(target, prompts, method, temperature, args) -> dict:
+    results = sbj.generate(target, prompts, drafter=resolve_method(method), temperature=temperature,
+                           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size)
+    batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
+    for r in results:
+        b = batches.setdefault(r.stats["batch"], {"wall": r.stats["total_time_s"], "tokens": 0,
+                                                  "draft": 0.0, "compile": r.stats["compile_s"]})
+        b["tokens"] += len(r.token_ids)
+        b["draft"] = max(b["draft"], r.stats["draft_time_s"])  # the batch waits for its longest row
+    wall = sum(b["wall"] for b in batches.values())
+    tokens = sum(b["tokens"] for b in batches.values())
+    draft = sum(b["draft"] for b in batches.values())
+    taus = [r.stats["tau"] for r in results if r.stats["tau"] is not None]
+    return {
+        "method": method, "temperature": temperature, "prompts": len(results), "new_tokens": tokens,
+        "wall_s": wall, "tokens_per_s": tokens / wall,
+        "batch_tokens_per_s": [b["tokens"] / b["wall"] for b in batches.values()],
+        "tau_median": float(np.median(taus)), "tau_min": float(np.min(taus)), "tau_max": float(np.max(taus)),
+        "tau_mean": float(np.mean(taus)),
+        "target_forwards": int(sum(r.stats["target_forwards"] for r in results)),
+        "draft_s_per_token": draft / tokens, "draft_share": draft / wall,
+        "compile_s": float(sum(b["compile"] for b in batches.values())),
+        "token_ids": [r.token_ids for r in results],
+    }
+
+
+def table(rows: list[dict]) -> str:
+    head = ("| T | method | tau median [min, max] | tokens/s | speedup | draft ms/token | draft share "
+            "| same as ar | compile s |\n|---|---|---|---|---|---|---|---|---|")
+    lines = [head]
+    for r in rows:
+        lines.append(
+            f"| {r['temperature']:g} | {r['method']} | {r['tau_median']:.2f} [{r['tau_min']:.2f}, "
+            f"{r['tau_max']:.2f}] | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+            f"{1000 * r['draft_s_per_token']:.3f} | {100 * r['draft_share']:.1f}% | "
+            f"{r['same_as_ar']:.2f} | {r['compile_s']:.1f} |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    temps = sorted({r["temperature"] for r in rows})
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    width = 0.8 / len(temps)
+    for k, t in enumerate(temps):
+        sub = {r["method"]: r for r in rows if r["temperature"] == t}
+        x = np.arange(len(methods)) + k * width
+        axes[0].bar(x, [sub[m]["speedup"] for m in methods], width, label=f"T={t:g}")
+        axes[1].bar(x, [sub[m]["tau_median"] for m in methods], width, label=f"T={t:g}")
+    for ax, title in zip(axes, ("speedup vs target-only (tokens/s ratio)", "tau (median over prompts)")):
+        ax.set_xticks(np.arange(len(methods)) + width * (len(temps) - 1) / 2)
+        ax.set_xticklabels([Path(m).name for m in methods])
+        ax.set_title(title)
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="specblock-bench", description=__doc__.split("\n")[0])
+    p.add_argument("--prompts", type=Path, required=True)
+    p.add_argument("--methods", default="ar,prompt_lookup", help="comma list; ar always runs first")
+    p.add_argument("--out-dir", type=Path, required=True)
+    p.add_argument("--target", default=DEFAULT_TARGET)
+    p.add_argument("--temperatures", default="0", help="comma list, e.g. 0,1")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--limit", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    methods = [m for m in args.methods.split(",") if m]
+    methods = ["ar"] + [m for m in methods if m != "ar"]
+    for m in methods:
+        resolve_method(m)  # fail fast on an unknown method
+    target = sbj.load_target(args.target)
+    records, errors = read_prompts(args.prompts)
+    records = records[: args.limit] if args.limit else records
+    prompts = [r["prompt"] for r in records]
+    rows = []
+    for temperature in (float(t) for t in args.temperatures.split(",")):
+        for method in methods:
+            print(f"T={temperature:g} {method}: decoding {len(prompts)} prompts ...", flush=True)
+            rows.append(run_method(target, prompts, method, temperature, args))
+        base = next(r for r in rows if r["method"] == "ar" and r["temperature"] == temperature)
+        for r in rows:
+            if r["temperature"] == temperature:
+                r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
+                r["same_as_ar"] = float(np.mean([a == b for a, b in zip(r["token_ids"], base["token_ids"])]))
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "specblock-bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                    "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]},
+        "target": str(args.target), "target_params": sbj.models.count_params(target.params),
+        "prompts": str(args.prompts), "num_prompts": len(prompts), "skipped_records": len(errors),
+        "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+    }
+    summary = [{k: v for k, v in r.items() if k != "token_ids"} for r in rows]
+    (args.out_dir / "results.json").write_text(json.dumps({"meta": meta, "results": summary}, indent=2))
+    md = f"# specblock-bench\n\n{meta['date']}, {meta['machine']['platform']}, " \
+         f"{meta['machine']['cpus']} CPUs, backend {meta['machine']['backend']}\n\n" \
+         f"`{meta['command']}`\n\n{table(rows)}\n"
+    (args.out_dir / "results.md").write_text(md)
+    plot(rows, args.out_dir / "speedup.png")
+    print("\n" + table(rows))
+    print(f"\nwrote {args.out_dir}/results.json, results.md, speedup.png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

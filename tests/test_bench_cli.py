@@ -1,0 +1,31 @@
+"""`specblock-bench`: methods side by side in one run, tables, JSON and a plot."""
+
+from __future__ import annotations
+
+import json
+
+from infer import bench
+
+
+def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\ny = 2\n" * (i + 2)}) + "\n"
+                               for i in range(4)))
+    out = tmp_path / "bench"
+    assert bench.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out-dir", str(out),
+                       "--methods", "prompt_lookup", "--temperatures", "0,1", "--max-new-tokens", "16",
+                       "--batch-size", "2"]) == 0
+    data = json.loads((out / "results.json").read_text())
+    rows = data["results"]
+    assert [(r["temperature"], r["method"]) for r in rows] == [
+        (0.0, "ar"), (0.0, "prompt_lookup"), (1.0, "ar"), (1.0, "prompt_lookup")]
+    for r in rows:
+        assert r["prompts"] == 4 and r["new_tokens"] > 0 and r["tokens_per_s"] > 0
+        assert r["tau_min"] <= r["tau_median"] <= r["tau_max"]
+    ar0, pl0 = rows[0], rows[1]
+    assert ar0["speedup"] == 1.0 and ar0["tau_median"] == 1.0 and ar0["draft_s_per_token"] == 0
+    assert pl0["same_as_ar"] == 1.0  # greedy speculative output is the target's own
+    assert pl0["draft_s_per_token"] > 0
+    assert data["meta"]["num_prompts"] == 4 and data["meta"]["machine"]["backend"] == "cpu"
+    assert "| 0 | prompt_lookup |" in (out / "results.md").read_text()
+    assert (out / "speedup.png").read_bytes()[:4] == b"\x89PNG"
