@@ -12,7 +12,7 @@ from scipy import stats
 
 import specblock_jax as sbj
 from spec_drafters import RandomTreeDrafter, skewed_draft_params
-from specblock_jax.decoding import compilation_count
+from specblock_jax.decoding import SamplingParams, compilation_count, sampling_logprobs
 from specblock_jax.drafters import PromptLookup
 
 V = 8  # a tiny vocabulary: random drafts get accepted often, distributions can be enumerated
@@ -85,11 +85,13 @@ def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
     assert np.asarray(tree.valid)[0].tolist() == [True, False, False, False]
 
 
-def _exact_pair_distribution(target, prompt, temperature):
-    """P(t2, t3) after the prompt, marginalising t1, under the target's sampling distribution."""
+def _exact_pair_distribution(target, prompt, temperature, top_k=0, top_p=1.0):
+    """P(t2, t3) after the prompt, marginalising t1, under the target's sampling distribution
+    (temperature, top-k, top-p as checked against a numpy reference in test_sampling.py)."""
     seqs = [prompt + [a, b] for a, b in itertools.product(range(V), repeat=2)]
-    logits = np.asarray(sbj.forward(target, seqs), np.float64) / temperature
-    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    logits = sbj.forward(target, seqs)
+    params = SamplingParams.make(len(seqs), temperature, top_k, top_p)
+    probs = np.exp(np.asarray(sampling_logprobs(logits, params), np.float64))
     probs /= probs.sum(-1, keepdims=True)
     n = len(prompt)
     p1 = probs[0, n - 1]  # after the prompt
@@ -112,23 +114,25 @@ def _chi_square_pvalue(counts, expected_probs):
     return stats.chi2.sf(chi2, keep.sum() - 1)
 
 
-@pytest.mark.parametrize("stochastic", [False, True])
-def test_sampling_matches_the_target_distribution(small_vocab_target, stochastic):
+@pytest.mark.parametrize("stochastic,temp,top_k,top_p", [(False, 1.0, 0, 1.0), (True, 1.0, 0, 1.0),
+                                                         (True, 0.8, 6, 0.9)])
+def test_sampling_matches_the_target_distribution(small_vocab_target, stochastic, temp, top_k, top_p):
     """6000 sequences; tokens 2-3 come from the first speculative step (drafts and bonus)."""
     target = small_vocab_target
-    prompt, temp, draws = [1, 2, 3], 1.0, 6000
+    prompt, draws = [1, 2, 3], 6000
     drafter = (RandomTreeDrafter(8, V, stochastic=stochastic, max_children=4),
                skewed_draft_params(V))
-    res = sbj.generate(target, [prompt] * draws, drafter=drafter, temperature=temp,
-                       max_new_tokens=3, batch_size=1000, seed=11)
+    res = sbj.generate(target, [prompt] * draws, drafter=drafter, temperature=temp, top_k=top_k,
+                       top_p=top_p, max_new_tokens=3, batch_size=1000, seed=11)
     counts = np.zeros((V, V))
     for r in res:
         counts[r.token_ids[1], r.token_ids[2]] += 1
-    exact = _exact_pair_distribution(target, prompt, temp)
+    exact = _exact_pair_distribution(target, prompt, temp, top_k, top_p)
     # H0 (lossless) holds, so a p-value below 1e-3 would happen 1 time in 1000: a real failure
     assert _chi_square_pvalue(counts, exact) > 1e-3
     # the test has power: the same samples clearly reject a nearby wrong distribution
-    assert _chi_square_pvalue(counts, _exact_pair_distribution(target, prompt, 1.25)) < 1e-6
+    wrong = _exact_pair_distribution(target, prompt, temp * 1.25, top_k, top_p)
+    assert _chi_square_pvalue(counts, wrong) < 1e-6
     tv = 0.5 * np.abs(counts / draws - exact).sum()
     assert tv < 0.06  # total variation, for reference: sampling noise alone is about 0.03 here
     # drafts really were accepted: with a budget of 3 tokens the first step commits 2 tokens
