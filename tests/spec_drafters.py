@@ -23,7 +23,7 @@ class RandomTreeDrafter:
     keep_prob: float = 0.85
     hidden_ids: tuple[int, ...] = ()
 
-    def init_state(self, params, prefill):
+    def init_state(self, params, prefill, max_len):
         return ()
 
     def propose(self, params, state, ctx, key):

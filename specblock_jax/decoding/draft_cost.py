@@ -20,8 +20,8 @@ from specblock_jax.drafters.base import DraftContext, Prefill
 _MEASURED: dict = {}
 
 
-def _init(drafter, params, prefill):
-    return drafter.init_state(params, prefill)
+def _init(drafter, max_len, params, prefill):
+    return drafter.init_state(params, prefill, max_len)
 
 
 def _propose(drafter, params, state, ctx, key):
@@ -29,9 +29,9 @@ def _propose(drafter, params, state, ctx, key):
 
 
 def propose_seconds(cfg, drafter, params, batch: int, prompt_len: int, hist_size: int,
-                    reps: int = 7) -> float:
+                    cache_len: int, reps: int = 7) -> float:
     """Median wall time of one batched `drafter.propose` call at the decode loop's shapes."""
-    key = (cfg, drafter, batch, prompt_len, hist_size)
+    key = (cfg, drafter, batch, prompt_len, hist_size, cache_len)
     if key in _MEASURED:
         return _MEASURED[key]
     n_hidden = len(drafter.hidden_ids)
@@ -39,8 +39,8 @@ def propose_seconds(cfg, drafter, params, batch: int, prompt_len: int, hist_size
               if n_hidden else None)
     lengths = jnp.full((batch,), prompt_len, jnp.int32)
     prefill = Prefill(jnp.zeros((batch, prompt_len), jnp.int32), lengths, hidden,
-                      jnp.zeros((batch, cfg.vocab_size), jnp.float32))
-    init, _ = compiled(_init, (drafter,), params, prefill)
+                      jnp.zeros((batch, cfg.vocab_size), jnp.float32), jnp.zeros((batch,), jnp.int32))
+    init, _ = compiled(_init, (drafter, cache_len), params, prefill)
     state = init(params, prefill)
     ctx = DraftContext(jnp.zeros((batch, hist_size), jnp.int32), lengths + 1,
                        jnp.zeros((batch,), jnp.int32), lengths)

@@ -222,7 +222,8 @@ def generate(
         forwards = outputs[3] if spec is not None else generated
         call_s = 0.0
         if spec is not None:
-            call_s = propose_seconds(cfg, spec[0], spec[1], bsz, bucket, bucket + max_new + spec[0].num_nodes)
+            call_s = propose_seconds(cfg, spec[0], spec[1], bsz, bucket, bucket + max_new + spec[0].num_nodes,
+                                     static[3])
         for r, i in enumerate(chunk):
             new = out[r, :generated[r]].tolist()
             text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer else None

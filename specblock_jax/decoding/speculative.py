@@ -48,7 +48,8 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, params, drafte
     cache = fwd.cache._replace(lengths=lengths)
     step_keys = lambda step: jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)  # noqa: E731
     root = sample(step_keys(0), fwd.logits[:, 0], sampling)
-    dstate = drafter.init_state(drafter_params, Prefill(tokens, lengths, fwd.hidden, fwd.logits[:, 0]))
+    prefill = Prefill(tokens, lengths, fwd.hidden, fwd.logits[:, 0], root)
+    dstate = drafter.init_state(drafter_params, prefill, cache_len)
 
     hist_size = p + max_new + n
     history = jnp.zeros((b, hist_size), jnp.int32).at[:, :p].set(tokens)

@@ -4,7 +4,7 @@ A drafter is a frozen dataclass (hashable, a static argument under jit) holding 
 its weights (`params`) and its per-batch `state` are pytrees passed through the decode loop.
 All three methods are pure and run inside the loop's jit:
 
-    state = drafter.init_state(params, prefill)               after the target's prefill
+    state = drafter.init_state(params, prefill, max_len)      after the target's prefill
     tree, state = drafter.propose(params, state, ctx, key)      before each target forward
     state = drafter.update(params, state, ctx, result, hidden)  after each verification
 """
@@ -31,6 +31,7 @@ class Prefill(NamedTuple):
     lengths: jax.Array  # [B] prompt lengths
     hidden: jax.Array | None  # [B, P, n, H] target hidden states at drafter.hidden_ids, or None
     logits: jax.Array  # [B, V] the target's next-token logits after the prompt
+    root: jax.Array  # [B] the first generated token (sampled from `logits`)
 
 
 class Drafter(Protocol):
@@ -38,7 +39,8 @@ class Drafter(Protocol):
     max_children: int  # most siblings any node of its trees has (bounds verification work)
     hidden_ids: tuple[int, ...]  # target hidden states the drafter consumes (HF indexing)
 
-    def init_state(self, params: Any, prefill: Prefill) -> Any: ...
+    def init_state(self, params: Any, prefill: Prefill, max_len: int) -> Any:
+        """max_len (static): positions a sequence can reach, prompt + new tokens + a tree."""
 
     def propose(self, params: Any, state: Any, ctx: DraftContext, key: jax.Array
                 ) -> tuple[DraftTree, Any]: ...

@@ -25,7 +25,7 @@ class PromptLookup:
     max_children: int = 1
     hidden_ids: tuple[int, ...] = ()
 
-    def init_state(self, params, prefill: Prefill):
+    def init_state(self, params, prefill: Prefill, max_len: int):
         return ()
 
     def continuation_start(self, history: jax.Array, hist_len: jax.Array) -> jax.Array:

@@ -1,0 +1,212 @@
+"""EAGLE-3-style drafter: fused target features, one decoder layer, an EAGLE-2 dynamic tree.
+
+Alignment (as in EAGLE): drafter position t reads the pair (feature of token x_t, embedding of
+x_{t+1}) and predicts x_{t+2}. The feature is fc([h_a; h_b; h_c]) of the target's hidden states
+at `feature_layers` (HF indexing) for committed tokens, and the drafter's own output hidden for
+tokens it drafted itself. The layer attends over [norm(embed(x_{t+1})); norm(feature)] (2H wide),
+its residual is the feature; logits = lm_head(norm(hidden)). The embedding is the target's, frozen
+(passed in `params["embed"]`, never stored with the drafter).
+
+Decoding state: the drafter's own KV cache (one entry per target-cached token, so its length
+equals the target cache length), plus the last committed pair's hidden and logits, from which the
+next tree grows. Tree expansion writes scratch K/V after the committed entries; the next
+`update` overwrites them with the accepted pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specblock_jax.drafters.base import DraftContext, Prefill
+from specblock_jax.models.config import ModelConfig, RopeConfig
+from specblock_jax.models.layers import MLP, RMSNorm, _normal, apply_rope, attend, rope_cos_sin, write_kv
+from specblock_jax.spec.dynamic_tree import build_topk_tree
+
+
+@dataclasses.dataclass(frozen=True)
+class Eagle3Config:
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    feature_layers: tuple[int, ...]
+    rms_norm_eps: float = 1e-6
+    rope: RopeConfig = RopeConfig()
+    dtype: str = "float32"
+
+    @classmethod
+    def for_target(cls, cfg: ModelConfig, feature_layers: tuple[int, ...] | None = None) -> "Eagle3Config":
+        """Same widths as the target. Features default to EAGLE-3's layers {2, L/2, L-3}; a target
+        with fewer than 8 layers gets {1, L/2, L-1} (distinct layers)."""
+        n = cfg.num_layers
+        if feature_layers is None:
+            feature_layers = (2, n // 2, n - 3) if n >= 8 else (1, (n + 1) // 2, n - 1)
+        return cls(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads,
+                   cfg.head_dim, cfg.vocab_size, tuple(feature_layers), cfg.rms_norm_eps, cfg.rope,
+                   cfg.dtype)
+
+
+class Eagle3Layer(nnx.Module):
+    """The drafter's decoder layer over [norm(embedding); norm(feature)]."""
+
+    def __init__(self, c: Eagle3Config, rngs: nnx.Rngs):
+        dt, h = jnp.dtype(c.dtype), c.hidden_size
+        self.emb_norm = RMSNorm(h, c.rms_norm_eps, dt)
+        self.hidden_norm = RMSNorm(h, c.rms_norm_eps, dt)
+        self.q_proj = _normal(rngs, (2 * h, c.num_heads, c.head_dim), dt)
+        self.k_proj = _normal(rngs, (2 * h, c.num_kv_heads, c.head_dim), dt)
+        self.v_proj = _normal(rngs, (2 * h, c.num_kv_heads, c.head_dim), dt)
+        self.o_proj = _normal(rngs, (c.num_heads, c.head_dim, h), dt)
+        self.post_norm = RMSNorm(h, c.rms_norm_eps, dt)
+        self.mlp = MLP(ModelConfig("llama", c.vocab_size, h, c.intermediate_size, 1, c.num_heads,
+                                   c.num_kv_heads, c.head_dim), dt, rngs)
+
+    def project(self, emb, feat, cos, sin):
+        """emb, feat [B, T, H] -> rotated q [B, T, N, D], k, v [B, T, K, D]."""
+        x = jnp.concatenate([self.emb_norm(emb), self.hidden_norm(feat)], axis=-1)
+        q = jnp.einsum("bth,hnd->btnd", x, self.q_proj[...])
+        k = jnp.einsum("bth,hkd->btkd", x, self.k_proj[...])
+        v = jnp.einsum("bth,hkd->btkd", x, self.v_proj[...])
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def finish(self, feat, attn):
+        """Residual on the feature, then the MLP block. attn [B, T, N, D] -> hidden [B, T, H]."""
+        h = feat + jnp.einsum("btnd,ndh->bth", attn, self.o_proj[...])
+        return h + self.mlp(self.post_norm(h))
+
+
+class Eagle3Model(nnx.Module):
+    def __init__(self, c: Eagle3Config, rngs: nnx.Rngs):
+        self.c = c
+        self.fc = _normal(rngs, (len(c.feature_layers) * c.hidden_size, c.hidden_size), jnp.dtype(c.dtype))
+        self.layer = Eagle3Layer(c, rngs)
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, jnp.dtype(c.dtype))
+        self.lm_head = _normal(rngs, (c.hidden_size, c.vocab_size), jnp.dtype(c.dtype))
+
+    def fuse(self, target_hidden):
+        """[B, T, n, H] target hidden states -> [B, T, H] features."""
+        b, t = target_hidden.shape[:2]
+        return target_hidden.reshape(b, t, -1) @ self.fc[...]
+
+    def logits(self, hidden):
+        return jnp.einsum("bth,hv->btv", self.norm(hidden), self.lm_head[...],
+                          preferred_element_type=jnp.float32)
+
+    def step(self, emb, feat, positions, mask, cache, starts):
+        """One pass over T pairs with a KV cache (k, v) [B, S, K, D] written at starts [B];
+        mask [B, T, S]. Returns (hidden [B, T, H], logits [B, T, V], cache)."""
+        cos, sin = rope_cos_sin(positions, self.c.rope, self.c.head_dim, emb.dtype)
+        q, k, v = self.layer.project(emb, feat, cos, sin)
+        kc, vc = write_kv(cache[0], k, starts), write_kv(cache[1], v, starts)
+        hidden = self.layer.finish(feat, attend(q, kc, vc, mask))
+        return hidden, self.logits(hidden), (kc, vc)
+
+
+def abstract_eagle3(c: Eagle3Config):
+    model = nnx.eval_shape(lambda: Eagle3Model(c, rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(model)
+    return graphdef, nnx.to_pure_dict(state)
+
+
+def init_eagle3(c: Eagle3Config, seed: int = 0, lm_head=None) -> tuple[nnx.GraphDef, dict]:
+    """(graphdef, trainable params); lm_head [H, V] optionally starts from the target's head."""
+    graphdef, state = nnx.split(Eagle3Model(c, rngs=nnx.Rngs(seed)))
+    params = nnx.to_pure_dict(state)
+    if lm_head is not None:
+        params["lm_head"] = jnp.asarray(lm_head, params["lm_head"].dtype)
+    return graphdef, params
+
+
+@dataclasses.dataclass(frozen=True)
+class Eagle3Drafter:
+    """Decoding-side EAGLE-3 drafter. params = {"draft": trainable params, "embed": [V, H]}."""
+
+    config: Eagle3Config
+    graphdef: nnx.GraphDef
+    num_nodes: int = 16
+    top_k: int = 4
+    depth: int = 5
+
+    @property
+    def max_children(self) -> int:
+        return self.top_k
+
+    @property
+    def hidden_ids(self) -> tuple[int, ...]:
+        return self.config.feature_layers
+
+    def _model(self, params) -> Eagle3Model:
+        return nnx.merge(self.graphdef, params["draft"])
+
+    def init_state(self, params, prefill: Prefill, max_len: int):
+        model = self._model(params)
+        b, p = prefill.tokens.shape
+        size = max_len + self.top_k * self.depth  # committed entries + tree scratch
+        c = self.config
+        shape = (b, size, c.num_kv_heads, c.head_dim)
+        cache = (jnp.zeros(shape, jnp.dtype(c.dtype)), jnp.zeros(shape, jnp.dtype(c.dtype)))
+        t = jnp.arange(p)[None, :]
+        nxt = jnp.concatenate([prefill.tokens[:, 1:], prefill.tokens[:, -1:]], axis=1)
+        nxt = jnp.where(t == prefill.lengths[:, None] - 1, prefill.root[:, None], nxt)
+        emb = jnp.take(params["embed"], nxt, axis=0)
+        slots = jnp.arange(size)[None, None, :]
+        mask = jnp.broadcast_to(slots <= t[:, :, None], (b, p, size))
+        zero = jnp.zeros((b,), jnp.int32)
+        hidden, logits, cache = model.step(emb, model.fuse(prefill.hidden), jnp.broadcast_to(t, (b, p)),
+                                           mask, cache, zero)
+        last = (prefill.lengths - 1)[:, None]
+        return {"cache": cache, "length": prefill.lengths,
+                "hidden": jnp.take_along_axis(hidden, last[:, :, None], axis=1)[:, 0],
+                "logits": jnp.take_along_axis(logits, last[:, :, None], axis=1)[:, 0]}
+
+    def propose(self, params, state, ctx: DraftContext, key):
+        model = self._model(params)
+        length = state["length"]
+        size = state["cache"][0].shape[1]
+        slots = jnp.arange(size)[None, None, :]
+
+        def expand(carry, tokens, parent, node, anc, d):
+            cache, hid = carry  # hid [B, M, H]: the hidden each expanded candidate produced
+            par_hidden = jnp.where(parent[:, :, None] < 0, state["hidden"][:, None, :],
+                                   jnp.take_along_axis(hid, jnp.maximum(parent, 0)[:, :, None], axis=1))
+            rel = slots - length[:, None, None]  # candidate m lives in slot length + m
+            in_tree = (rel >= 0) & (rel < anc.shape[-1])
+            seen = jnp.take_along_axis(anc, jnp.clip(rel, 0, anc.shape[-1] - 1).repeat(anc.shape[1], 1), axis=2)
+            mask = (slots < length[:, None, None]) | (in_tree & seen)
+            positions = jnp.broadcast_to(length[:, None] + d - 1, tokens.shape)
+            emb = jnp.take(params["embed"], tokens, axis=0)
+            h, logits, cache = model.step(emb, par_hidden.astype(emb.dtype), positions, mask, cache,
+                                          length + node[:, 0])
+            hid = hid.at[jnp.arange(tokens.shape[0])[:, None], node].set(h)
+            return (cache, hid), jax.nn.log_softmax(logits, axis=-1)
+
+        b = length.shape[0]
+        hid0 = jnp.zeros((b, self.top_k * self.depth, self.config.hidden_size), state["hidden"].dtype)
+        tree, (cache, _) = build_topk_tree(ctx.root, jax.nn.log_softmax(state["logits"], axis=-1), expand,
+                                           (state["cache"], hid0), self.top_k, self.depth, self.num_nodes)
+        return tree, {**state, "cache": cache}
+
+    def update(self, params, state, ctx: DraftContext, result, hidden):
+        """Appends the pairs (target feature of each accepted path node, the token after it)."""
+        model = self._model(params)
+        b, n = result.path.shape
+        length = state["length"]
+        count = ctx.cache_len - length  # pairs committed this step (0 for finished rows)
+        feats = model.fuse(jnp.take_along_axis(hidden, result.path[:, :, None, None], axis=1))
+        emb = jnp.take(params["embed"], jnp.maximum(result.new_tokens, 0), axis=0)
+        size = state["cache"][0].shape[1]
+        t = jnp.arange(n)[None, :]
+        slots = jnp.arange(size)[None, None, :]
+        mask = slots <= (length[:, None] + t)[:, :, None]
+        h, logits, cache = model.step(emb, feats, length[:, None] + t, mask, state["cache"], length)
+        last = jnp.maximum(count - 1, 0)[:, None, None]
+        moved = (count > 0)[:, None]
+        return {"cache": cache, "length": length + count,
+                "hidden": jnp.where(moved, jnp.take_along_axis(h, last, axis=1)[:, 0], state["hidden"]),
+                "logits": jnp.where(moved, jnp.take_along_axis(logits, last, axis=1)[:, 0], state["logits"])}

@@ -1,0 +1,110 @@
+"""Training the EAGLE-3-style drafter: online target features and the training-time test (TTT).
+
+The frozen target runs inside the jitted step (under stop_gradient) and gives, for every position
+t, the features h(t) at `feature_layers` and its next-token distribution p_t. TTT step j = 0..S-1
+replays drafting j tokens ahead: at index t the drafter reads
+    feature: f_t = fc(h(t)) for j = 0, else its own step-(j-1) output hidden at index t,
+    token:   x_{t+j+1}, at RoPE position t + j,
+and predicts x_{t+j+2}, scored by soft cross-entropy against p_{t+j+1}, weighted 0.8^j. Attention
+of (t, j) sees step-0 entries t' <= t (real features) and its own chain (t, 1..j), exactly what a
+depth-j tree node sees when decoding.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, init_eagle3
+from specblock_jax.drafters.io import save_drafter
+from specblock_jax.models.layers import attend, rope_cos_sin
+from specblock_jax.models.target import Target
+from specblock_jax.models.transformer import apply, causal_mask, positions_from_valid
+from specblock_jax.training.task import register_task
+
+
+def _shift(x: jax.Array, k: int, fill=0) -> jax.Array:
+    """x[:, t + k] at index t (along axis 1), `fill` past the end."""
+    pad = jnp.full((x.shape[0], k) + x.shape[2:], fill, x.dtype)
+    return jnp.concatenate([x[:, k:], pad], axis=1)
+
+
+def ttt_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, valid, steps: int = 7,
+             decay: float = 0.8):
+    """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T].
+
+    Returns (loss, {"acc_j": top-1 agreement with the target at step j, "loss_j"}).
+    """
+    b, t = tokens.shape
+    c = model.c
+    p_target = jax.nn.softmax(target_logits.astype(jnp.float32), axis=-1)
+    want = jnp.argmax(target_logits, axis=-1)
+    idx = jnp.arange(t)
+    keys, values = [], []
+    feat = model.fuse(target_hidden)
+    total, metrics = 0.0, {}
+    for j in range(steps):
+        tok = _shift(tokens, j + 1)
+        pos = jnp.broadcast_to(idx + j, (b, t))
+        cos, sin = rope_cos_sin(pos, c.rope, c.head_dim, feat.dtype)
+        q, k, v = model.layer.project(jnp.take(embed, tok, axis=0), feat, cos, sin)
+        keys.append(k)
+        values.append(v)
+        blocks = [idx[:, None] >= idx[None, :]] + [jnp.eye(t, dtype=bool)] * j  # [T, T] each
+        mask = jnp.broadcast_to(jnp.concatenate(blocks, axis=1), (b, t, t * (j + 1)))
+        out = attend(q, jnp.concatenate(keys, axis=1), jnp.concatenate(values, axis=1), mask)
+        feat = model.layer.finish(feat, out)
+        logq = jax.nn.log_softmax(model.logits(feat), axis=-1)
+        m = (_shift(loss_mask, j + 1) * _shift(valid, j + 1)).astype(jnp.float32)
+        ce = -jnp.sum(_shift(p_target, j + 1) * logq, axis=-1)
+        denom = jnp.maximum(m.sum(), 1.0)
+        step_loss = jnp.sum(ce * m) / denom
+        total = total + decay**j * step_loss
+        metrics[f"acc_{j}"] = jnp.sum((jnp.argmax(logq, -1) == _shift(want, j + 1)) * m) / denom
+        metrics[f"loss_{j}"] = step_loss
+    return total, metrics
+
+
+class Eagle3Task:
+    """TrainTask for the EAGLE-3-style drafter (see specblock_jax/training/task.py)."""
+
+    def __init__(self, cfg: dict, target: Target):
+        self.cfg, self.target = cfg, target
+        layers = cfg.get("feature_layers")
+        self.config = Eagle3Config.for_target(target.config, tuple(layers) if layers else None)
+        self.graphdef, _ = init_eagle3(self.config)  # structure only; params come from init_params
+        self.steps = int(cfg.get("ttt_steps", 7))
+        self.decay = float(cfg.get("ttt_decay", 0.8))
+
+    def init_params(self, key):
+        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+        head = nnx.merge(self.target.graphdef, self.target.params).head_weight()
+        return init_eagle3(self.config, seed, lm_head=head)[1]
+
+    def frozen(self):
+        return self.target.params
+
+    def loss_fn(self, params, frozen, batch, key):
+        tokens, valid = batch["tokens"], batch["attention_mask"]
+        b, t = tokens.shape
+        out = apply(self.target.graphdef, frozen, tokens, positions_from_valid(valid),
+                    causal_mask(b, t, valid), hidden_ids=self.config.feature_layers)
+        hidden, logits = jax.lax.stop_gradient((out.hidden, out.logits))
+        model = nnx.merge(self.graphdef, params)
+        embed = jax.lax.stop_gradient(frozen["embed_tokens"])
+        return ttt_loss(model, embed, hidden, logits, tokens, batch["loss_mask"], valid, self.steps,
+                        self.decay)
+
+    def drafter(self) -> Eagle3Drafter:
+        return Eagle3Drafter(self.config, self.graphdef, int(self.cfg.get("num_nodes", 16)),
+                             int(self.cfg.get("top_k", 4)), int(self.cfg.get("depth", 5)))
+
+    def decoding_drafter(self, params):
+        return self.drafter(), {"draft": params, "embed": self.target.params["embed_tokens"]}
+
+    def export(self, params, out_dir: str) -> None:
+        save_drafter(self.drafter(), params, out_dir)
+
+
+register_task("eagle3", Eagle3Task)

@@ -1,0 +1,73 @@
+"""EAGLE-2 dynamic draft trees: top-k expansion by cumulative log-probability, then rerank.
+
+1. The root's top-k tokens are the first frontier (depth 1), scored by their log-prob.
+2. For each further depth, the drafter is run once on the k frontier nodes; each proposes its own
+   top-k children, scored parent score + child log-prob; the global top-k of those k*k become the
+   next frontier. Every frontier node is a candidate: M = k * depth candidates in all.
+3. All candidates are reranked by score and the best N - 1 become the tree (node 0 is the root).
+   A child never outscores its parent (log-probs <= 0; ties go to the lower index, i.e. the parent),
+   so the selection always contains every selected node's ancestors.
+Candidate m is expanded at depth(m) and may keep drafter state in slot m (see `Expander`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from specblock_jax.spec.tree import DraftTree
+
+# expander(carry, tokens [B, k], parent_index [B, k] (candidate index, -1 = root),
+#          node_index [B, k] (candidate index of each frontier node), ancestors [B, k, M] bool
+#          (candidates that are the node or its ancestors), depth: int)
+#   -> (carry, logprobs [B, k, V]) : the drafter's next-token log-probs after each frontier node.
+Expander = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array, int], tuple[Any, jax.Array]]
+
+
+def build_topk_tree(root: jax.Array, root_logprobs: jax.Array, expander: Expander, carry: Any,
+                    top_k: int, depth: int, num_nodes: int) -> tuple[DraftTree, Any]:
+    """root [B] token, root_logprobs [B, V] -> (DraftTree with num_nodes nodes, final carry)."""
+    b = root.shape[0]
+    m = top_k * depth
+    score, tok = jax.lax.top_k(root_logprobs, top_k)  # [B, k]
+    tokens = jnp.zeros((b, m), jnp.int32).at[:, :top_k].set(tok.astype(jnp.int32))
+    scores = jnp.full((b, m), -jnp.inf).at[:, :top_k].set(score)
+    parents = jnp.full((b, m), -1, jnp.int32)
+    eye = jnp.eye(m, dtype=bool)
+    anc = jnp.zeros((b, m, m), bool).at[:, :top_k].set(eye[:top_k])
+    frontier = jnp.broadcast_to(jnp.arange(top_k, dtype=jnp.int32), (b, top_k))
+    for d in range(1, depth):
+        f_tok = jnp.take_along_axis(tokens, frontier, axis=1)
+        f_par = jnp.take_along_axis(parents, frontier, axis=1)
+        f_anc = jnp.take_along_axis(anc, frontier[:, :, None], axis=1)  # [B, k, M]
+        carry, logp = expander(carry, f_tok, f_par, frontier, f_anc, d)
+        child_score, child_tok = jax.lax.top_k(logp, top_k)  # [B, k, k]
+        total = jnp.take_along_axis(scores, frontier, axis=1)[:, :, None] + child_score
+        best, flat = jax.lax.top_k(total.reshape(b, -1), top_k)  # global top-k of k*k
+        new = d * top_k + jnp.arange(top_k, dtype=jnp.int32)  # candidate slots of depth d + 1
+        par = jnp.take_along_axis(frontier, flat // top_k, axis=1)
+        tokens = tokens.at[:, new].set(jnp.take_along_axis(child_tok.reshape(b, -1), flat, axis=1))
+        scores = scores.at[:, new].set(best)
+        parents = parents.at[:, new].set(par)
+        anc = anc.at[:, new].set(jnp.take_along_axis(anc, par[:, :, None], axis=1) | eye[new][None])
+        frontier = jnp.broadcast_to(new, (b, top_k))
+    # rerank: best N - 1 by score, ties to the lower index; then restore creation order
+    keep = min(num_nodes - 1, m)
+    order = jnp.argsort(-scores, axis=1, stable=True)[:, :keep]
+    chosen = jnp.sort(order, axis=1)  # parents come before children
+    to_node = jnp.full((b, m), -1, jnp.int32).at[jnp.arange(b)[:, None], chosen].set(
+        jnp.arange(1, keep + 1, dtype=jnp.int32)[None])
+    cpar = jnp.take_along_axis(parents, chosen, axis=1)
+    node_par = jnp.where(cpar < 0, 0, jnp.take_along_axis(to_node, jnp.maximum(cpar, 0), axis=1))
+    pad = num_nodes - 1 - keep
+    tree_tokens = jnp.concatenate([root[:, None].astype(jnp.int32),
+                                   jnp.take_along_axis(tokens, chosen, axis=1),
+                                   jnp.zeros((b, pad), jnp.int32)], axis=1)
+    tree_parents = jnp.concatenate([jnp.full((b, 1), -1, jnp.int32), node_par,
+                                    jnp.zeros((b, pad), jnp.int32)], axis=1)
+    valid = jnp.concatenate([jnp.ones((b, 1), bool),
+                             jnp.isfinite(jnp.take_along_axis(scores, chosen, axis=1)),
+                             jnp.zeros((b, pad), bool)], axis=1)
+    return DraftTree(tree_tokens, tree_parents, valid), carry
