@@ -193,3 +193,14 @@ def test_save_and_load_round_trip(target, task, tmp_path):
     other = sbj.init_target(sbj.models.config.tiny(vocab_size=16), seed=0)
     with pytest.raises(ValueError, match="drafter trained for vocab 8"):
         load_drafter(tmp_path, other)
+
+
+def test_calibration_times_each_setting_and_picks_the_fastest(target, task):
+    from specblock_jax.spec.calibrate import calibrate
+
+    bundle = task.decoding_drafter(task.init_params(jax.random.key(6)))
+    out = calibrate(target, bundle, [[1, 2, 3], [4, 5, 6, 7]], nodes=(4, 7), depths=(2,), max_new_tokens=12)
+    assert [(r["num_nodes"], r["depth"]) for r in out["table"]] == [(4, 2), (7, 2)]
+    best = max(out["table"], key=lambda r: r["tokens_per_s"])
+    assert out["best"] == {"num_nodes": best["num_nodes"], "depth": best["depth"]}
+    assert set(out["verify_ms"]) == {1, 4, 7} and all(v > 0 for v in out["verify_ms"].values())
