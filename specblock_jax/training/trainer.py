@@ -1,0 +1,339 @@
+"""The generic drafter trainer: one `TrainTask`, AdamW, orbax checkpoints, exact resume, tau eval.
+
+    summary = train(task, cfg, target, data_iter_factory, eval_prompts)
+
+One `jax.jit` train step, a pure function
+    (params, opt_state, frozen, batch, key) -> (params, opt_state, metrics)
+with params and optimizer state donated and `frozen` (e.g. the target's weights) not. The step's
+PRNG key is `fold_in(key(seed), step)` (step = updates done before it), so a resumed run draws
+the same keys as an uninterrupted one. Optimizer: global-norm clipping, then AdamW (weight decay on
+arrays of rank >= 2 only) with `lr_schedule`: linear warmup, then cosine decay over `max_steps`.
+
+Run directory (`cfg["run_dir"]`):
+    metrics.jsonl   one JSON record per line. Training, every `log_every` steps:
+                    {"step", "loss", <each task metric>, "lr", "grad_norm", "tokens_per_s",
+                     "elapsed_s"} where loss, task metrics and grad_norm are means over the steps
+                    since the previous record and lr is the last step's. Evaluation, every
+                    `eval_every` steps and at the end:
+                    {"step", "eval_tau_mean", "eval_tau_median", "eval_prompts", "eval_s"}.
+    checkpoints/    orbax: params, opt_state and meta (step, data iterator state, seed, elapsed);
+                    every `ckpt_every` steps and at the end, the latest `keep_checkpoints` kept.
+    summary.json    written at the end (see `train`).
+Rerunning on the same run dir resumes from the latest checkpoint, drops the metrics records of
+later steps, and continues bit-identically (same params, optimizer state and records, timing
+fields apart; records match when ckpt_every is a multiple of log_every, else the first record
+after a resume averages fewer steps). Resuming with a larger max_steps continues under the new LR
+schedule; the seed must not change.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+from tqdm import tqdm
+
+import specblock_jax as sbj
+from specblock_jax.training.task import TrainTask
+
+# Keys `train` reads from cfg, with their defaults (configs/drafters/README.md describes them).
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "run_dir": "",  # required
+    "out_dir": "",  # required: where task.export writes the drafter
+    "seed": 0,
+    "lr": 3e-4, "min_lr_ratio": 0.1, "warmup_steps": 100, "weight_decay": 0.01,
+    "b1": 0.9, "b2": 0.95, "grad_clip": 1.0,
+    "max_steps": 1000, "time_budget_min": None,
+    "log_every": 10, "ckpt_every": 200, "keep_checkpoints": 2,
+    "eval_every": 200, "eval_max_new_tokens": 64, "eval_batch_size": 8,
+}
+RESERVED_METRICS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s")
+
+
+class DataIterator(Protocol):
+    """What `data_iter_factory(state)` returns, e.g. a `training.regen_dataset.BatchIterator`."""
+
+    def __next__(self) -> dict[str, np.ndarray]: ...  # int32 [B, T] arrays; StopIteration at the end
+
+    def get_state(self) -> dict[str, int]: ...  # plain ints; the factory accepts it back
+
+
+def with_defaults(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """`cfg` with the missing trainer keys set to their defaults, checked (errors name the key)."""
+    out = {**TRAINER_DEFAULTS, **cfg}
+    for key in ("run_dir", "out_dir"):
+        if not out[key]:
+            raise ValueError(f"config key {key!r} must be set (a directory path)")
+    for key in ("max_steps", "log_every", "ckpt_every", "keep_checkpoints", "eval_max_new_tokens",
+                "eval_batch_size"):
+        if not isinstance(out[key], int) or out[key] < 1:
+            raise ValueError(f"config key {key!r} must be an integer >= 1, got {out[key]!r}")
+    for key in ("warmup_steps", "eval_every", "seed"):
+        if not isinstance(out[key], int) or out[key] < 0:
+            raise ValueError(f"config key {key!r} must be an integer >= 0, got {out[key]!r}")
+    for key in ("lr", "min_lr_ratio", "weight_decay", "b1", "b2", "grad_clip"):
+        if not isinstance(out[key], (int, float)) or out[key] < 0:
+            raise ValueError(f"config key {key!r} must be a number >= 0, got {out[key]!r}")
+    budget = out["time_budget_min"]
+    if budget is not None and (not isinstance(budget, (int, float)) or budget <= 0):
+        raise ValueError(f"config key 'time_budget_min' must be a number > 0 or null, got {budget!r}")
+    return out
+
+
+# ---------------------------------------------------------------------------------- optimizer
+
+def lr_schedule(cfg: Mapping[str, Any]) -> optax.Schedule:
+    """LR of update number `count` (0-based): lr * (count + 1) / warmup_steps during warmup, then
+    a cosine from lr down to lr * min_lr_ratio at count = max_steps - 1 (held after that)."""
+    peak, floor = float(cfg["lr"]), float(cfg["lr"]) * float(cfg["min_lr_ratio"])
+    warm, total = cfg["warmup_steps"], cfg["max_steps"]
+
+    def schedule(count):
+        t = jnp.asarray(count, jnp.float32)
+        warmup = peak * (t + 1.0) / max(warm, 1)
+        frac = jnp.clip((t - warm) / max(total - 1 - warm, 1), 0.0, 1.0)
+        cosine = floor + 0.5 * (peak - floor) * (1.0 + jnp.cos(jnp.pi * frac))
+        return jnp.where(t < warm, warmup, cosine)
+
+    return schedule
+
+
+def make_optimizer(cfg: Mapping[str, Any]) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """(global-norm clipping then AdamW with `lr_schedule`, the schedule)."""
+    schedule = lr_schedule(cfg)
+    decay_mask = lambda params: jax.tree.map(lambda x: jnp.ndim(x) >= 2, params)  # noqa: E731
+    tx = optax.chain(
+        optax.clip_by_global_norm(cfg["grad_clip"]),
+        optax.adamw(schedule, b1=cfg["b1"], b2=cfg["b2"], weight_decay=cfg["weight_decay"],
+                    mask=decay_mask))
+    return tx, schedule
+
+
+def make_train_step(task: TrainTask, tx: optax.GradientTransformation) -> Callable:
+    """The jitted step (params, opt_state, frozen, batch, key) -> (params, opt_state, metrics);
+    params and opt_state are donated. metrics: {"loss", <task metrics>, "grad_norm"} (scalars,
+    grad_norm before clipping)."""
+
+    @functools.partial(jax.jit, donate_argnums=(0, 1))
+    def train_step(params, opt_state, frozen, batch, key):
+        (loss, metrics), grads = jax.value_and_grad(task.loss_fn, has_aux=True)(
+            params, frozen, batch, key)
+        clash = sorted(set(metrics) & set(RESERVED_METRICS))
+        if clash:
+            raise ValueError(f"task metric names {clash} are reserved by the trainer "
+                             f"(reserved: {RESERVED_METRICS})")
+        updates, opt_state = tx.update(grads, opt_state, params)
+        params = optax.apply_updates(params, updates)
+        return params, opt_state, {"loss": loss, **metrics, "grad_norm": optax.tree.norm(grads)}
+
+    return train_step
+
+
+# ----------------------------------------------------------------------------------- eval
+
+def evaluate_tau(task: TrainTask, params: Any, target: sbj.Target,
+                 prompts: Sequence[str | Sequence[int]], cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Greedy speculative decoding of `prompts` with the task's drafter; tau statistics.
+
+    Returns {"eval_tau_mean", "eval_tau_median", "eval_prompts", "eval_s"}: tau (tokens committed
+    per target forward, bonus included) over the prompts that had a decoding forward
+    (eval_prompts of them; the means are None when none had).
+    """
+    start = time.perf_counter()
+    results = sbj.generate(target, list(prompts), drafter=task.decoding_drafter(params),
+                           temperature=0.0, max_new_tokens=cfg["eval_max_new_tokens"],
+                           batch_size=min(cfg["eval_batch_size"], len(prompts)))
+    taus = [r.stats["tau"] for r in results if r.stats["tau"] is not None]
+    return {"eval_tau_mean": statistics.fmean(taus) if taus else None,
+            "eval_tau_median": statistics.median(taus) if taus else None,
+            "eval_prompts": len(taus), "eval_s": time.perf_counter() - start}
+
+
+# ------------------------------------------------------------------------------ run state
+
+def _checkpoint_manager(directory: Path, keep: int) -> ocp.CheckpointManager:
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
+    return ocp.CheckpointManager(directory.absolute(), options=options)
+
+
+def _save(mngr: ocp.CheckpointManager, step: int, params, opt_state, meta: dict) -> None:
+    mngr.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+        meta=ocp.args.JsonSave(meta)), force=True)
+
+
+def _append(path: Path, record: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _read_log(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _truncate_log(path: Path, step: int) -> list[dict]:
+    """Keeps the records of steps <= `step` (later ones were written after the checkpoint)."""
+    keep = [r for r in _read_log(path) if r["step"] <= step]
+    path.write_text("".join(json.dumps(r) + "\n" for r in keep))
+    return keep
+
+
+def _mean_metrics(window: list[dict[str, jax.Array]]) -> dict[str, float]:
+    """Per-name means over the steps of `window` (one device->host transfer)."""
+    stacked = jax.device_get({k: jnp.stack([m[k] for m in window]) for k in window[0]})
+    return {k: float(np.mean(v)) for k, v in stacked.items()}
+
+
+# ----------------------------------------------------------------------------------- train
+
+def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
+          data_iter_factory: Callable[[dict[str, int] | None], DataIterator],
+          eval_prompts: Sequence[str | Sequence[int]]) -> dict[str, Any]:
+    """Trains `task` (resuming from the run dir's latest checkpoint), exports it, returns the summary.
+
+    cfg: the config dict; the keys of `TRAINER_DEFAULTS` are read (missing ones take defaults),
+        others are ignored. target: the target model, used for tau evaluation.
+    data_iter_factory(state): a fresh iterator for state None, else one continuing at `state` (a
+        `get_state()` result). StopIteration from it ends training ("data_exhausted").
+    eval_prompts: text or token-id prompts for tau evaluation; empty = no evaluation.
+    Stops at max_steps, when the elapsed run time (summed over resumes, evaluations included)
+    reaches time_budget_min, or when the data ends; then evaluates (unless done at this step),
+    saves a checkpoint, calls `task.export(params, out_dir)` and writes summary.json:
+        {"steps", "stop_reason", "elapsed_s", "tokens_seen", "last_train_record",
+         "eval_tau_mean", "eval_tau_median", "eval_prompts", "eval_history", "run_dir",
+         "out_dir", "config"}
+    (eval_* are those of the final evaluation, eval_history is [{"step", "eval_tau_mean",
+    "eval_tau_median"}] over the run; tokens_seen counts attention_mask ones of this session's
+    batches plus those recorded in the checkpoint).
+    """
+    cfg = with_defaults(cfg)
+    run = Path(cfg["run_dir"])
+    run.mkdir(parents=True, exist_ok=True)
+    log_path = run / "metrics.jsonl"
+    tx, schedule = make_optimizer(cfg)
+    train_step = make_train_step(task, tx)
+    frozen = task.frozen()
+    params = task.init_params(jax.random.key(cfg["seed"]))
+    opt_state = tx.init(params)
+
+    mngr = _checkpoint_manager(run / "checkpoints", cfg["keep_checkpoints"])
+    step, data_state, elapsed, tokens_seen, records = 0, None, 0.0, 0, []
+    if mngr.latest_step() is not None:
+        restored = mngr.restore(mngr.latest_step(), args=ocp.args.Composite(
+            state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
+            meta=ocp.args.JsonRestore()))
+        params, opt_state, meta = restored.state["params"], restored.state["opt_state"], restored.meta
+        if meta["seed"] != cfg["seed"]:
+            raise ValueError(f"{run}: checkpoint was made with seed={meta['seed']}, config has "
+                             f"seed={cfg['seed']}; use another run_dir")
+        step, data_state, elapsed, tokens_seen = (meta["step"], meta["data"], meta["elapsed_s"],
+                                                  meta["tokens_seen"])
+        records = _truncate_log(log_path, step)
+        print(f"resumed {run} at step {step} (data state {data_state})")
+    else:
+        log_path.unlink(missing_ok=True)
+    data = data_iter_factory(data_state)
+    base_key = jax.random.key(cfg["seed"])
+    last_eval = max((r["step"] for r in records if "eval_tau_mean" in r), default=-1)
+
+    def checkpoint() -> None:
+        _save(mngr, step, params, opt_state, {
+            "step": step, "data": data.get_state(), "seed": cfg["seed"],
+            "elapsed_s": time.perf_counter() - session_start, "tokens_seen": tokens_seen})
+
+    def run_eval() -> None:
+        nonlocal last_eval
+        if eval_prompts:
+            result = evaluate_tau(task, params, target, eval_prompts, cfg)
+            _append(log_path, {"step": step, **result})
+            bar.write(f"step {step}: eval tau mean {result['eval_tau_mean']}, median "
+                      f"{result['eval_tau_median']} over {result['eval_prompts']} prompts")
+        last_eval = step
+
+    def log_window() -> None:
+        """Appends the training record of the steps since the previous one."""
+        nonlocal window, window_tokens, window_start, window_pause
+        means = _mean_metrics(window)
+        now = time.perf_counter()
+        grad_norm = means.pop("grad_norm")
+        record = {"step": step, **means, "lr": float(schedule(step - 1)), "grad_norm": grad_norm,
+                  "tokens_per_s": window_tokens / (now - window_start - window_pause),
+                  "elapsed_s": now - session_start}
+        _append(log_path, record)
+        bar.set_postfix(loss=f"{record['loss']:.4f}")
+        window, window_tokens, window_start, window_pause = [], 0, now, 0.0
+
+    budget_s = math.inf if cfg["time_budget_min"] is None else 60.0 * cfg["time_budget_min"]
+    session_start = time.perf_counter() - elapsed
+    window, window_tokens, window_start, window_pause = [], 0, time.perf_counter(), 0.0
+    stop_reason = "max_steps"
+    bar = tqdm(total=cfg["max_steps"], initial=min(step, cfg["max_steps"]), desc="train", unit="step")
+    while step < cfg["max_steps"]:
+        if elapsed >= budget_s:
+            stop_reason = "time_budget"
+            break
+        try:
+            batch = next(data)
+        except StopIteration:
+            stop_reason = "data_exhausted"
+            break
+        n_tokens = int(np.sum(batch["attention_mask"])) if "attention_mask" in batch else int(
+            np.size(batch["tokens"]))
+        params, opt_state, metrics = train_step(params, opt_state, frozen, batch,
+                                                jax.random.fold_in(base_key, step))
+        step += 1
+        tokens_seen += n_tokens
+        window.append(metrics)
+        window_tokens += n_tokens
+        bar.update(1)
+        if step % cfg["log_every"] == 0 or step == cfg["max_steps"]:
+            log_window()
+        pause_start = time.perf_counter()  # evaluation and checkpoints stay out of tokens/s
+        if cfg["eval_every"] and step % cfg["eval_every"] == 0:
+            run_eval()
+        if step % cfg["ckpt_every"] == 0:
+            checkpoint()
+        window_pause += time.perf_counter() - pause_start
+        elapsed = time.perf_counter() - session_start
+    if window:  # stopped early between two records
+        log_window()
+    bar.close()
+    if last_eval != step:
+        run_eval()
+    elapsed = time.perf_counter() - session_start
+    if mngr.latest_step() != step:
+        checkpoint()
+    mngr.wait_until_finished()
+    mngr.close()
+    task.export(params, cfg["out_dir"])
+    return _write_summary(cfg, step, stop_reason, elapsed, tokens_seen, _read_log(log_path))
+
+
+def _write_summary(cfg: dict[str, Any], step: int, stop_reason: str, elapsed: float,
+                   tokens_seen: int, records: list[dict]) -> dict[str, Any]:
+    evals = [r for r in records if "eval_tau_mean" in r]
+    last_eval = evals[-1] if evals and evals[-1]["step"] == step else {}
+    summary = {
+        "steps": step, "stop_reason": stop_reason, "elapsed_s": elapsed, "tokens_seen": tokens_seen,
+        "last_train_record": next((r for r in reversed(records) if "loss" in r), None),
+        "eval_tau_mean": last_eval.get("eval_tau_mean"),
+        "eval_tau_median": last_eval.get("eval_tau_median"),
+        "eval_prompts": last_eval.get("eval_prompts", 0),
+        "eval_history": [{k: r[k] for k in ("step", "eval_tau_mean", "eval_tau_median")}
+                         for r in evals],
+        "run_dir": cfg["run_dir"], "out_dir": cfg["out_dir"], "config": cfg,
+    }
+    Path(cfg["run_dir"], "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    return summary
