@@ -1,0 +1,174 @@
+"""`specblock-train`: train the target or any registered drafter kind from a YAML config.
+
+    specblock-train target --config configs/target/reference.yaml [key=value ...]
+    specblock-train <kind> --config configs/drafters/<kind>.yaml [key=value ...]
+
+`target` runs `train.train_target`. Any other kind must be registered in
+`specblock_jax.training.task.TASKS` (drafter modules register themselves when imported; see
+`load_builtin_tasks`). For a drafter kind the config is the YAML merged over `CLI_DEFAULTS` and
+`trainer.TRAINER_DEFAULTS` (configs/drafters/README.md lists them), then the `key=value` overrides,
+each typed like the value it replaces; an unknown key is refused. The run:
+  1. loads the target from `target_dir`;
+  2. builds the `specblock_regen` TFDS dataset of `regen_dir` into `tfds_dir` and batches its
+     train split with `BatchIterator(batch_size, max_len, seed)`;
+  3. takes the first `eval_num_prompts` evaluation prompts: from the prompt JSONL `eval_prompts`
+     ({"id", "prompt"} per line) if set, else the distinct prompts of the regen validation split;
+  4. builds the task with `TASKS[kind](cfg, target)` and runs `trainer.train` (resumable: rerun
+     the same command after an interruption).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+import specblock_jax as sbj
+from infer.decode import read_prompts
+from specblock_jax.training.regen_dataset import BatchIterator, build_tfds
+from specblock_jax.training.task import load_builtin_tasks
+from specblock_jax.training.trainer import TRAINER_DEFAULTS, train
+from train import train_target
+
+# Keys the command line reads for a drafter run, with their defaults.
+CLI_DEFAULTS: dict[str, Any] = {
+    "name": "",  # "" = the kind; names the default run_dir
+    "target_dir": "assets/target",
+    "target_dtype": "",  # "" = float32 on CPU, the checkpoint's dtype on accelerators
+    "regen_dir": "data/regen/train",
+    "tfds_dir": "",  # "" = <regen_dir>/tfds
+    "batch_size": 8,
+    "max_len": 512,
+    "eval_prompts": "",  # "" = the regen validation split's prompts
+    "eval_num_prompts": 16,
+}
+
+
+def _typed(key: str, text: str, default: Any) -> Any:
+    """`text` as the type of `default` (bool, int, float, str); YAML for None, lists and maps."""
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(f"override {key}={text!r}: expected a boolean")
+        return text.lower() in ("true", "1", "yes")
+    try:
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+    except ValueError:
+        raise ValueError(f"override {key}={text!r}: expected {type(default).__name__}") from None
+    return text if isinstance(default, str) else yaml.safe_load(text)
+
+
+def load_drafter_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """The YAML at `path` over the CLI and trainer defaults, with `key=value` overrides applied.
+
+    Raises ValueError naming the bad item for a non-mapping YAML, an override without '=', an
+    unknown key or a value of the wrong type.
+    """
+    loaded = yaml.safe_load(Path(path).read_text())
+    if not isinstance(loaded, dict):
+        raise ValueError(f"{path}: expected a mapping of settings")
+    cfg = {**CLI_DEFAULTS, **TRAINER_DEFAULTS, **loaded}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not key=value")
+        if key not in cfg:
+            raise ValueError(f"override {item!r}: unknown key {key!r} (known: {sorted(cfg)})")
+        cfg[key] = _typed(key, text, cfg[key])
+    return cfg
+
+
+def resolve_paths(cfg: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Fills name, run_dir (runs/<kind>/<name>), out_dir (<run_dir>/export), tfds_dir and kind."""
+    out = {**cfg, "kind": kind, "name": cfg["name"] or kind}
+    out["run_dir"] = cfg["run_dir"] or f"runs/{kind}/{out['name']}"
+    out["out_dir"] = cfg["out_dir"] or str(Path(out["run_dir"]) / "export")
+    out["tfds_dir"] = cfg["tfds_dir"] or str(Path(cfg["regen_dir"]) / "tfds")
+    return out
+
+
+def eval_prompt_list(cfg: dict[str, Any], sources: dict[str, Any]) -> list[str | list[int]]:
+    """The first `eval_num_prompts` evaluation prompts: texts from the JSONL `eval_prompts`, or
+    token ids (BOS first) of the distinct ids of the regen validation split."""
+    n = cfg["eval_num_prompts"]
+    if n <= 0:
+        return []
+    if cfg["eval_prompts"]:
+        path = Path(cfg["eval_prompts"])
+        if not path.exists():
+            raise FileNotFoundError(f"eval_prompts: {path} does not exist")
+        records, errors = read_prompts(path)
+        for err in errors:
+            print(f"eval_prompts {path} {err['key']}: skipped, {err['error']}", file=sys.stderr)
+        return [r["prompt"] for r in records[:n]]
+    if "validation" not in sources:
+        raise ValueError(f"regen_dir {cfg['regen_dir']}: the data has no validation split (too few "
+                         "records); set eval_prompts to a prompt JSONL or eval_num_prompts=0")
+    source, prompts, seen = sources["validation"], [], set()
+    for i in range(len(source)):
+        ex = source[i]
+        if ex["id"] not in seen:
+            seen.add(ex["id"])
+            prompts.append([int(t) for t in ex["prompt_ids"]])
+            if len(prompts) == n:
+                break
+    return prompts
+
+
+def train_drafter(kind: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Loads the target and data of `cfg`, builds `TASKS[kind]` and trains it; the summary."""
+    tasks = load_builtin_tasks()
+    if kind not in tasks:
+        raise ValueError(f"unknown drafter kind {kind!r} (registered: {sorted(tasks)})")
+    cfg = resolve_paths(cfg, kind)
+    target = sbj.load_target(cfg["target_dir"], dtype=cfg["target_dtype"] or None)
+    sources = build_tfds(cfg["regen_dir"], cfg["tfds_dir"]).as_data_source()
+    if "train" not in sources:
+        raise ValueError(f"regen_dir {cfg['regen_dir']}: the data has no train split")
+    train_source = sources["train"]
+    prompts = eval_prompt_list(cfg, sources)
+
+    def data_iter_factory(state: dict[str, int] | None) -> BatchIterator:
+        return BatchIterator(train_source, batch_size=cfg["batch_size"], max_len=cfg["max_len"],
+                             seed=cfg["seed"], state=state)
+
+    print(json.dumps(cfg))
+    print(f"{kind}: {len(train_source):,} training examples, {len(prompts)} evaluation prompts, "
+          f"run dir {cfg['run_dir']}")
+    task = tasks[kind](cfg, target)
+    return train(task, cfg, target, data_iter_factory, prompts)
+
+
+def main(argv: list[str] | None = None) -> None:
+    kinds = ["target", *sorted(load_builtin_tasks())]
+    parser = argparse.ArgumentParser(
+        prog="specblock-train", description=__doc__.split("\n\n")[0],
+        epilog=f"kinds: {', '.join(kinds)}")
+    parser.add_argument("kind", help=f"what to train: {' | '.join(kinds)}")
+    parser.add_argument("--config", required=True, help="YAML config (configs/<...>/*.yaml)")
+    parser.add_argument("overrides", nargs="*", help="key=value settings overriding the config")
+    args = parser.parse_intermixed_args(argv)
+    if args.kind not in kinds:
+        parser.error(f"unknown kind {args.kind!r}: choose from {', '.join(kinds)}")
+    if args.kind == "target":
+        train_target.main(["--config", args.config, *args.overrides])
+        return
+    if not Path(args.config).is_file():
+        parser.error(f"--config {args.config}: no such file")
+    try:
+        cfg = load_drafter_config(args.config, args.overrides)
+    except ValueError as e:
+        parser.error(str(e))
+    summary = train_drafter(args.kind, cfg)
+    print(json.dumps({k: summary[k] for k in ("steps", "stop_reason", "eval_tau_mean",
+                                              "eval_tau_median", "out_dir")}))
+
+
+if __name__ == "__main__":
+    main()
