@@ -1,0 +1,388 @@
+"""The generic drafter trainer and the `specblock-train` CLI, with a tiny bigram TrainTask.
+
+The bigram "drafter" (embedding -> logits of the next token) trains on synthetic regen-style
+records; its decoding drafter is prompt lookup, so evaluation runs real speculative decoding on a
+tiny random target.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+import yaml
+
+import specblock_jax as sbj
+from specblock_jax.drafters import PromptLookup
+from specblock_jax.training import task as task_mod
+from specblock_jax.training.regen_dataset import BatchIterator, RegenDataset, is_validation
+from specblock_jax.training.trainer import (lr_schedule, make_optimizer, make_train_step, train,
+                                            with_defaults)
+from train import cli
+
+VOCAB = 64
+TIMING = ("tokens_per_s", "elapsed_s", "eval_s")
+EVAL_PROMPTS = [[0, 5, 6, 7, 5, 6, 7, 5, 6], [0, 9, 10, 9, 10, 9, 10]]
+
+
+class BigramTask:
+    """logits(next | token) = embed[token] @ out + frozen bias; the step key adds input noise."""
+
+    def __init__(self, cfg: dict, target: sbj.Target):
+        self.vocab, self.dim = target.config.vocab_size, cfg.get("dim", 16)
+        self.bias = jnp.zeros((self.vocab,), jnp.float32)
+
+    def init_params(self, key: jax.Array) -> dict:
+        k1, k2 = jax.random.split(key)
+        return {"embed": 0.1 * jax.random.normal(k1, (self.vocab, self.dim)),
+                "out": 0.1 * jax.random.normal(k2, (self.dim, self.vocab))}
+
+    def frozen(self) -> dict:
+        return {"bias": self.bias}
+
+    def loss_fn(self, params, frozen, batch, key):
+        tokens = batch["tokens"]
+        mask = batch["loss_mask"][:, :-1].astype(jnp.float32)
+        h = params["embed"][tokens[:, :-1]]
+        h = h + 0.01 * jax.random.normal(key, h.shape)
+        logits = h @ params["out"] + frozen["bias"]
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:])
+        denom = jnp.maximum(mask.sum(), 1.0)
+        acc = ((jnp.argmax(logits, -1) == tokens[:, 1:]) * mask).sum() / denom
+        return (ce * mask).sum() / denom, {"acc_0": acc}
+
+    def decoding_drafter(self, params):
+        return PromptLookup(), ()
+
+    def export(self, params, out_dir: str) -> None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        np.savez(Path(out_dir) / "params.npz", **jax.device_get(params))
+
+
+def records(n: int, vocab: int = VOCAB, seed: int = 0, prefix: str = "r") -> list[dict]:
+    """Regen-style records: BOS, two prompt tokens, then a counting response ending in EOS (1)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        a = int(rng.integers(3, vocab - 12))
+        out.append({"id": f"{prefix}{i}", "mode": "greedy", "prompt_ids": [0, a, a + 1],
+                    "response_ids": list(range(a + 2, a + 10)) + [1]})
+    return out
+
+
+def base_cfg(run: Path, **changes) -> dict:
+    cfg = {"run_dir": str(run), "out_dir": str(run / "export"), "seed": 0, "lr": 0.05,
+           "warmup_steps": 2, "max_steps": 12, "log_every": 1, "ckpt_every": 4,
+           "keep_checkpoints": 2, "eval_every": 6, "eval_max_new_tokens": 16, "eval_batch_size": 2}
+    return {**cfg, **changes}
+
+
+def factory(source: list[dict], seen: list | None = None, kill_at: int | None = None):
+    """data_iter_factory over `source` (batch 4, length 16); records the states it is given;
+    kill_at=k raises KeyboardInterrupt on the k-th batch (an interruption mid-run)."""
+
+    def make(state):
+        if seen is not None:
+            seen.append(state)
+        it = BatchIterator(source, batch_size=4, max_len=16, seed=0, state=state)
+        if kill_at is None:
+            return it
+
+        class Killed:
+            calls = 0
+
+            def __next__(self):
+                Killed.calls += 1
+                if Killed.calls == kill_at:
+                    raise KeyboardInterrupt
+                return next(it)
+
+            get_state = it.get_state
+
+        return Killed()
+
+    return make
+
+
+def latest_state(run: Path):
+    mngr = ocp.CheckpointManager((run / "checkpoints").absolute())
+    step = mngr.latest_step()
+    restored = mngr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(),
+                                                          meta=ocp.args.JsonRestore()))
+    return step, restored.state, restored.meta, mngr.all_steps()
+
+
+def log_records(run: Path, drop_timing: bool = True) -> list[dict]:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    recs = [json.loads(line) for line in lines]
+    return [{k: v for k, v in r.items() if k not in TIMING} for r in recs] if drop_timing else recs
+
+
+@pytest.fixture(scope="module")
+def target():
+    return sbj.init_target(sbj.models.config.tiny(vocab_size=VOCAB, eos_token_ids=(1,)), seed=0)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return records(24)
+
+
+@pytest.fixture(scope="module")
+def full_run(target, data, tmp_path_factory):
+    """An uninterrupted 12-step run: (run dir, summary)."""
+    run = tmp_path_factory.mktemp("full")
+    task = BigramTask({}, target)
+    return run, train(task, base_cfg(run), target, factory(data), EVAL_PROMPTS)
+
+
+# ---------------------------------------------------------------------------- optimizer/step
+
+def test_train_step_reduces_loss_on_a_fixed_batch_and_donates_params_only(target, data):
+    task = BigramTask({}, target)
+    cfg = with_defaults(base_cfg(Path("unused"), max_steps=30, warmup_steps=0))
+    tx, _ = make_optimizer(cfg)
+    step = make_train_step(task, tx)
+    batch = next(BatchIterator(data, batch_size=8, max_len=16, seed=0))
+    params = task.init_params(jax.random.key(0))
+    first_params = params
+    opt_state, frozen = tx.init(params), task.frozen()
+    losses = []
+    for i in range(30):
+        params, opt_state, metrics = step(params, opt_state, frozen, batch, jax.random.key(i))
+        losses.append(float(metrics["loss"]))
+        assert set(metrics) == {"loss", "acc_0", "grad_norm"}
+    assert losses[-1] < 0.3 * losses[0], losses
+    assert float(metrics["acc_0"]) > 0.9
+    assert all(x.is_deleted() for x in jax.tree.leaves(first_params))  # donated
+    assert not frozen["bias"].is_deleted()  # not donated
+    np.testing.assert_array_equal(np.asarray(frozen["bias"]), 0.0)
+
+
+def test_lr_schedule_warmup_then_cosine_to_floor():
+    sched = lr_schedule({"lr": 1.0, "min_lr_ratio": 0.1, "warmup_steps": 4, "max_steps": 13})
+    np.testing.assert_allclose([float(sched(i)) for i in range(4)], [0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_allclose(float(sched(4)), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(float(sched(8)), 0.55, rtol=1e-6)  # halfway down the cosine
+    np.testing.assert_allclose(float(sched(12)), 0.1, rtol=1e-6)
+    values = [float(sched(i)) for i in range(4, 13)]
+    assert all(a > b for a, b in zip(values, values[1:]))
+
+
+def test_reserved_metric_names_are_refused(target, data):
+    class Clashing(BigramTask):
+        def loss_fn(self, params, frozen, batch, key):
+            loss, _ = super().loss_fn(params, frozen, batch, key)
+            return loss, {"lr": loss}
+
+    task = Clashing({}, target)
+    tx, _ = make_optimizer(with_defaults(base_cfg(Path("unused"))))
+    params = task.init_params(jax.random.key(0))
+    batch = next(BatchIterator(data, batch_size=4, max_len=16))
+    with pytest.raises(ValueError, match=r"task metric names \['lr'\] are reserved"):
+        make_train_step(task, tx)(params, tx.init(params), task.frozen(), batch, jax.random.key(0))
+
+
+def test_config_errors_name_the_key(tmp_path):
+    with pytest.raises(ValueError, match="'run_dir' must be set"):
+        with_defaults({"out_dir": "x"})
+    with pytest.raises(ValueError, match="'max_steps' must be an integer >= 1"):
+        with_defaults(base_cfg(tmp_path, max_steps=0))
+    with pytest.raises(ValueError, match="'time_budget_min' must be a number > 0 or null"):
+        with_defaults(base_cfg(tmp_path, time_budget_min=-1))
+
+
+# ------------------------------------------------------------------------------- train runs
+
+def test_metrics_log_eval_checkpoints_export_and_summary(full_run, target):
+    run, summary = full_run
+    recs = log_records(run, drop_timing=False)
+    train_recs = [r for r in recs if "loss" in r]
+    eval_recs = [r for r in recs if "eval_tau_mean" in r]
+    assert [r["step"] for r in train_recs] == list(range(1, 13))
+    for r in train_recs:
+        assert set(r) == {"step", "loss", "acc_0", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}
+        assert r["tokens_per_s"] > 0 and r["grad_norm"] > 0
+    assert train_recs[-1]["loss"] < train_recs[0]["loss"]
+    assert train_recs[0]["lr"] == pytest.approx(0.025) and train_recs[1]["lr"] == pytest.approx(0.05)
+    assert [r["step"] for r in eval_recs] == [6, 12]
+    # tau is that of real speculative decoding with the task's drafter
+    expected = [r.stats["tau"] for r in sbj.generate(target, EVAL_PROMPTS, drafter="prompt_lookup",
+                                                      temperature=0, max_new_tokens=16)]
+    for r in eval_recs:
+        assert r["eval_prompts"] == 2
+        assert r["eval_tau_mean"] == pytest.approx(np.mean(expected))
+        assert r["eval_tau_median"] == pytest.approx(np.median(expected))
+        assert r["eval_tau_mean"] >= 1.0
+    step, state, meta, kept = latest_state(run)
+    assert step == 12 and kept == [8, 12]
+    assert meta["data"] == {"epoch": 2, "batch": 0}  # 24 examples / 4 per batch = 6 per epoch
+    assert meta["tokens_seen"] == 12 * 4 * 12  # 12 steps x 4 rows x 12 real tokens
+    exported = np.load(run / "export" / "params.npz")
+    np.testing.assert_array_equal(exported["embed"], state["params"]["embed"])
+    saved = json.loads((run / "summary.json").read_text())
+    assert saved["steps"] == summary["steps"] == 12 and saved["stop_reason"] == "max_steps"
+    assert saved["eval_tau_mean"] == eval_recs[-1]["eval_tau_mean"]
+    assert [e["step"] for e in saved["eval_history"]] == [6, 12]
+    assert saved["last_train_record"]["step"] == 12
+
+
+def test_kill_and_resume_is_bit_identical(full_run, target, data, tmp_path):
+    full_dir, _ = full_run
+    run = tmp_path / "killed"
+    task = BigramTask({}, target)
+    with pytest.raises(KeyboardInterrupt):  # killed while fetching the 10th batch
+        train(task, base_cfg(run), target, factory(data, kill_at=10), EVAL_PROMPTS)
+    assert latest_state(run)[0] == 8
+    assert max(r["step"] for r in log_records(run)) == 9  # step 9 will be redone
+    assert not (run / "summary.json").exists()
+
+    states = []
+    summary = train(BigramTask({}, target), base_cfg(run), target, factory(data, states),
+                    EVAL_PROMPTS)
+    assert states == [{"epoch": 1, "batch": 2}]  # resumed at step 8, data included
+    assert summary["steps"] == 12
+    step_a, state_a, meta_a, _ = latest_state(full_dir)
+    step_b, state_b, meta_b, _ = latest_state(run)
+    assert step_a == step_b == 12
+    for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert meta_a["data"] == meta_b["data"] and meta_a["tokens_seen"] == meta_b["tokens_seen"]
+    assert log_records(run) == log_records(full_dir)
+
+    # a larger max_steps continues the finished run (under the new, longer LR schedule)
+    states = []
+    summary = train(BigramTask({}, target), base_cfg(run, max_steps=15), target,
+                    factory(data, states), EVAL_PROMPTS)
+    assert states == [{"epoch": 2, "batch": 0}] and summary["steps"] == 15
+    recs = log_records(run)
+    assert [r["step"] for r in recs if "loss" in r] == list(range(1, 16))
+    assert [r["step"] for r in recs if "eval_tau_mean" in r] == [6, 12, 15]
+    assert latest_state(run)[0] == 15
+
+
+def test_time_budget_stops_the_run(target, data, tmp_path):
+    cfg = base_cfg(tmp_path, time_budget_min=1e-6, eval_every=0)
+    summary = train(BigramTask({}, target), cfg, target, factory(data), [])
+    assert summary["stop_reason"] == "time_budget" and summary["steps"] == 1
+    assert summary["eval_prompts"] == 0 and summary["eval_history"] == []
+    assert latest_state(tmp_path)[0] == 1
+    assert (tmp_path / "export" / "params.npz").exists()
+
+
+# -------------------------------------------------------------------------------- registry
+
+def test_register_task_refuses_reserved_and_conflicting_kinds(monkeypatch):
+    monkeypatch.setattr(task_mod, "TASKS", {})
+    task_mod.register_task("bigram", BigramTask)
+    task_mod.register_task("bigram", BigramTask)  # the same builder again: a no-op
+    assert task_mod.TASKS == {"bigram": BigramTask}
+    with pytest.raises(ValueError, match="'bigram' is already registered"):
+        task_mod.register_task("bigram", lambda cfg, target: None)
+    with pytest.raises(ValueError, match="'target' is reserved"):
+        task_mod.register_task("target", BigramTask)
+    with pytest.raises(ValueError, match="letters, digits"):
+        task_mod.register_task("a b", BigramTask)
+
+
+def test_load_builtin_tasks_skips_missing_modules_but_not_broken_ones(monkeypatch, tmp_path):
+    monkeypatch.setattr(task_mod, "BUILTIN_TASK_MODULES", ("specblock_jax.drafters.no_such_kind",))
+    assert task_mod.load_builtin_tasks() is task_mod.TASKS
+    (tmp_path / "broken_kind_mod.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(task_mod, "BUILTIN_TASK_MODULES", ("broken_kind_mod",))
+    with pytest.raises(ImportError, match="no_such_dependency_xyz"):
+        task_mod.load_builtin_tasks()
+
+
+# ------------------------------------------------------------------------------------- CLI
+
+def write_yaml(path: Path, cfg: dict) -> Path:
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def test_cli_overrides_are_typed_and_unknown_keys_refused(tmp_path):
+    path = write_yaml(tmp_path / "d.yaml", {"dim": 16, "lr": 0.001, "tie": True, "layers": [1, 2]})
+    cfg = cli.load_drafter_config(path, ["dim=32", "lr=3e-4", "tie=false", "layers=[3, 4]",
+                                         "time_budget_min=30", "regen_dir=data/x", "max_steps=7"])
+    assert (cfg["dim"], cfg["lr"], cfg["tie"], cfg["layers"]) == (32, 3e-4, False, [3, 4])
+    assert (cfg["time_budget_min"], cfg["regen_dir"], cfg["max_steps"]) == (30, "data/x", 7)
+    assert cfg["batch_size"] == cli.CLI_DEFAULTS["batch_size"]  # defaults fill missing keys
+    with pytest.raises(ValueError, match="unknown key 'dimm'"):
+        cli.load_drafter_config(path, ["dimm=3"])
+    with pytest.raises(ValueError, match=r"override dim='x': expected int"):
+        cli.load_drafter_config(path, ["dim=x"])
+    with pytest.raises(ValueError, match="is not key=value"):
+        cli.load_drafter_config(path, ["dim"])
+
+
+def test_cli_refuses_unknown_kinds_and_keys_with_clear_messages(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(task_mod.TASKS, "bigram", BigramTask)
+    path = write_yaml(tmp_path / "d.yaml", {"dim": 16})
+    with pytest.raises(SystemExit) as e:
+        cli.main(["nope", "--config", str(path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown kind 'nope': choose from target" in err and "bigram" in err
+    with pytest.raises(SystemExit):
+        cli.main(["bigram", "--config", str(path), "bogus=1"])
+    assert "unknown key 'bogus'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["bigram", "--config", str(tmp_path / "missing.yaml")])
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_cli_target_kind_delegates_to_train_target(monkeypatch):
+    calls = []
+    monkeypatch.setattr(cli.train_target, "main", calls.append)
+    cli.main(["target", "--config", "configs/target/tiny-test.yaml", "max_steps=3", "seed=1"])
+    assert calls == [["--config", "configs/target/tiny-test.yaml", "max_steps=3", "seed=1"]]
+
+
+def test_cli_trains_a_registered_kind_end_to_end(tiny_ckpt, tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(task_mod.TASKS, "bigram", BigramTask)
+    vocab = sbj.load_target(tiny_ckpt).config.vocab_size
+    recs = records(400, vocab=vocab)
+    val_ids = [r["id"] for r in recs if is_validation(r["id"])]
+    assert len(val_ids) >= 2  # the fixed ids put a few records in the validation split
+    regen = tmp_path / "regen"
+    regen.mkdir()
+    (regen / "greedy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    path = write_yaml(tmp_path / "bigram.yaml", {"dim": 8, "max_steps": 3})
+    cli.main(["bigram", "--config", str(path), f"target_dir={tiny_ckpt}", f"regen_dir={regen}",
+              f"run_dir={tmp_path / 'run'}", "batch_size=4", "max_len=16", "eval_num_prompts=2",
+              "eval_every=0", "eval_max_new_tokens=8", "log_every=1", "warmup_steps=1"])
+    out = capsys.readouterr().out
+    assert "2 evaluation prompts" in out
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == 3 and summary["eval_prompts"] == 2
+    assert summary["config"]["kind"] == "bigram" and summary["config"]["dim"] == 8
+    assert summary["out_dir"] == str(tmp_path / "run" / "export")
+    assert (tmp_path / "run" / "export" / "params.npz").exists()
+    assert (regen / "tfds").is_dir()  # tfds_dir defaults to <regen_dir>/tfds
+    # the evaluation prompts are the token ids of distinct validation-split prompts
+    sources = RegenDataset(data_dir=str(regen / "tfds")).as_data_source()
+    prompts = cli.eval_prompt_list({"eval_num_prompts": 2, "eval_prompts": "",
+                                    "regen_dir": str(regen)}, sources)
+    val_prompts = [r["prompt_ids"] for r in recs if r["id"] in val_ids]
+    assert len(prompts) == 2 and prompts[0] != prompts[1]
+    assert all(p in val_prompts for p in prompts)
+
+
+def test_eval_prompts_from_a_prompt_jsonl(tmp_path, capsys):
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"id": "a", "prompt": "def f():"}\nnot json\n{"id": "b", "prompt": "x = "}\n'
+                    '{"id": "c", "prompt": "y"}\n')
+    cfg = {"eval_num_prompts": 2, "eval_prompts": str(path), "regen_dir": ""}
+    assert cli.eval_prompt_list(cfg, {}) == ["def f():", "x = "]
+    assert "line 2: skipped, invalid JSON" in capsys.readouterr().err
+    assert cli.eval_prompt_list({**cfg, "eval_num_prompts": 0}, {}) == []
+    with pytest.raises(ValueError, match="no validation split"):
+        cli.eval_prompt_list({**cfg, "eval_prompts": ""}, {"train": []})
