@@ -43,12 +43,60 @@ from pathlib import Path
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from infer.decode import done_ids, load, read_prompts
 from specblock_jax.decoding.generate import encode_prompts
 from specblock_jax.training.regen_dataset import MODES, build_tfds, read_records
 
 log = logging.getLogger("regenerate")
 SETTING_KEYS = ("target", "random_target", "max_new_tokens", "temperature", "top_k", "top_p", "seed")
+TOKENIZER = "assets/tokenizer"
+
+
+def read_prompts(path: Path) -> tuple[list[dict], list[str]]:
+    """Valid {id, prompt, line} records in file order, and one "line N: reason" per skipped line."""
+    records, skipped, seen = [], [], set()
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                skipped.append(f"line {n}: invalid JSON ({e.msg})")
+                continue
+            if not isinstance(rec, dict) or rec.get("id") is None or not isinstance(rec.get("prompt"), str):
+                skipped.append(f"line {n}: expected an object with 'id' and a string 'prompt'")
+            elif not rec["prompt"]:
+                skipped.append(f"line {n} (id {rec['id']!r}): empty prompt")
+            elif str(rec["id"]) in seen:
+                skipped.append(f"line {n} (id {rec['id']!r}): duplicate id")
+            else:
+                seen.add(str(rec["id"]))
+                records.append({"id": str(rec["id"]), "prompt": rec["prompt"], "line": n})
+    return records, skipped
+
+
+def done_ids(path: Path) -> set[str]:
+    """Ids already in an output file; a torn last line (a kill mid-write) is cut off the file."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+        log.warning("%s: removed a torn last line", path)
+    return {str(r["id"]) for r in read_records(path)}
+
+
+def load(args: argparse.Namespace) -> sbj.Target:
+    """The checkpoint at --target, or with --random-target a random tiny Qwen3 (4096 positions)."""
+    if args.random_target:
+        tok = sbj.models.load_tokenizer(TOKENIZER)
+        cfg = sbj.models.config.tiny(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
+                                     eos_token_ids=(tok.eos_token_id,), max_position_embeddings=4096)
+        return sbj.init_target(cfg, seed=args.seed, tokenizer=tok)
+    target = sbj.load_target(args.target)
+    if target.tokenizer is None:
+        raise SystemExit(f"{args.target}: the checkpoint has no tokenizer files; text prompts need one")
+    return target
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
