@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 OUT := outputs
+METHODS := ar,prompt_lookup
 
 .PHONY: run test clean
 
@@ -20,11 +21,12 @@ $(VENV)/.test-installed: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.run-installed
 
+# The main job: the bundled HumanEval prompts decoded by every method side by side on the embedded
+# target (greedy), with the table printed and every completion written under $(OUT)/humaneval.
 run: $(VENV)/.run-installed
-	@if [ -f assets/target/config.json ]; then target="--target assets/target"; \
-	else echo "assets/target not built yet: decoding with a random tiny target"; target="--random-target"; fi; \
-	$(VENV)/bin/specblock-decode $$target --prompts assets/prompts/humaneval.jsonl \
-	  --out $(OUT)/humaneval_greedy.jsonl --max-new-tokens 128 --batch-size 8
+	$(VENV)/bin/specblock-bench --target assets/target --prompts assets/prompts/humaneval.jsonl \
+	  --methods $(METHODS) --temperatures 0 --max-new-tokens 128 --batch-size 1 \
+	  --out-dir $(OUT)/humaneval
 
 # pytest exits 5 when it collects no test; make treats any non-zero exit as failure.
 test: $(VENV)/.test-installed

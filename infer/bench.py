@@ -10,7 +10,8 @@ budget and temperature; compilation is excluded from throughput and reported apa
   draft     estimated drafting time per committed token (see decoding/draft_cost.py) and the
             share of the loop time it represents
   same      fraction of prompts whose tokens equal `ar`'s (must be 1.0 at temperature 0)
-Writes results.json, results.md and speedup.png into --out-dir.
+Writes results.json, results.md, speedup.png and every method's completions
+(outputs_<method>_T<temperature>.jsonl) into --out-dir.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def run_method(target, prompts, method, temperature, args) -> dict:
         "draft_s_per_token": draft / tokens, "draft_share": draft / wall,
         "compile_s": float(sum(b["compile"] for b in batches.values())),
         "token_ids": [r.token_ids for r in results],
+        "texts": [r.text for r in results],
     }
 
 
@@ -138,7 +140,12 @@ def main(argv=None) -> int:
         "prompts": str(args.prompts), "num_prompts": len(prompts), "skipped_records": len(errors),
         "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
     }
-    summary = [{k: v for k, v in r.items() if k != "token_ids"} for r in rows]
+    for r in rows:  # every method's completions, for inspection
+        name = f"outputs_{Path(r['method']).name}_T{r['temperature']:g}.jsonl"
+        with (args.out_dir / name).open("w", encoding="utf-8") as f:
+            for rec, ids, text in zip(records, r["token_ids"], r["texts"]):
+                f.write(json.dumps({"id": rec["id"], "text": text, "token_ids": ids}, ensure_ascii=False) + "\n")
+    summary = [{k: v for k, v in r.items() if k not in ("token_ids", "texts")} for r in rows]
     (args.out_dir / "results.json").write_text(json.dumps({"meta": meta, "results": summary}, indent=2))
     md = f"# specblock-bench\n\n{meta['date']}, {meta['machine']['platform']}, " \
          f"{meta['machine']['cpus']} CPUs, backend {meta['machine']['backend']}\n\n" \
@@ -146,7 +153,8 @@ def main(argv=None) -> int:
     (args.out_dir / "results.md").write_text(md)
     plot(rows, args.out_dir / "speedup.png")
     print("\n" + table(rows))
-    print(f"\nwrote {args.out_dir}/results.json, results.md, speedup.png")
+    print(f"\nwrote {args.out_dir}/results.json, results.md, speedup.png and the completions "
+          f"(outputs_*.jsonl)")
     return 0
 
 

@@ -29,3 +29,6 @@ def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path):
     assert data["meta"]["num_prompts"] == 4 and data["meta"]["machine"]["backend"] == "cpu"
     assert "| 0 | prompt_lookup |" in (out / "results.md").read_text()
     assert (out / "speedup.png").read_bytes()[:4] == b"\x89PNG"
+    lines = (out / "outputs_prompt_lookup_T0.jsonl").read_text().splitlines()
+    assert [json.loads(x)["token_ids"] for x in lines] == [
+        json.loads(x)["token_ids"] for x in (out / "outputs_ar_T0.jsonl").read_text().splitlines()]
