@@ -28,11 +28,11 @@ import jax
 import numpy as np
 
 import specblock_jax as sbj
-from infer.decode import DEFAULT_TARGET, read_prompts, resolve_method
+from infer.decode import DEFAULT_TARGET, check_method, read_prompts, resolve_method
 
 
 def run_method(target, prompts, method, temperature, args) -> dict:
-    results = sbj.generate(target, prompts, drafter=resolve_method(method), temperature=temperature,
+    results = sbj.generate(target, prompts, drafter=resolve_method(method, target), temperature=temperature,
                            max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size)
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     methods = ["ar"] + [m for m in methods if m != "ar"]
     for m in methods:
-        resolve_method(m)  # fail fast on an unknown method
+        check_method(m)  # fail fast on an unknown method
     target = sbj.load_target(args.target)
     records, errors = read_prompts(args.prompts)
     records = records[: args.limit] if args.limit else records

@@ -113,13 +113,17 @@ def load_target(args) -> sbj.Target:
     return target
 
 
-def resolve_method(method: str):
-    """'ar' | 'prompt_lookup' -> what `sbj.generate` takes as `drafter`."""
+def check_method(method: str) -> None:
+    if method not in METHODS and not (Path(method) / "config.json").exists():
+        raise SystemExit(f"--method {method!r}: expected one of {METHODS} or a drafter folder")
+
+
+def resolve_method(method: str, target: sbj.Target):
+    """'ar' | 'prompt_lookup' | a drafter folder -> what `sbj.generate` takes as `drafter`."""
+    check_method(method)
     if method in METHODS:
         return None if method == "ar" else method
-    if Path(method).is_dir():
-        raise SystemExit(f"--method {method}: loading trained drafter folders is not implemented yet")
-    raise SystemExit(f"--method {method!r}: expected one of {METHODS} or a drafter folder")
+    return sbj.load_drafter(method, target)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -129,7 +133,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--target", default=DEFAULT_TARGET, help="HF checkpoint folder (default %(default)s)")
     p.add_argument("--random-target", action="store_true",
                    help="use a randomly initialised tiny Qwen3 with the shipped tokenizer (smoke tests)")
-    p.add_argument("--method", default="ar", help="ar | prompt_lookup (default %(default)s)")
+    p.add_argument("--method", default="ar",
+                   help="ar | prompt_lookup | a trained drafter folder (default %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="default per record")
     p.add_argument("--temperature", type=float, default=0.0, help="default per record; 0 = greedy")
     p.add_argument("--top-k", type=int, default=0)
@@ -145,8 +150,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if not args.prompts.exists():
         raise SystemExit(f"{args.prompts}: prompt file not found")
-    drafter = resolve_method(args.method)
+    check_method(args.method)
     target = load_target(args)
+    drafter = resolve_method(args.method, target)
     records, errors = read_prompts(args.prompts)
     if args.limit and len(records) > args.limit:  # the first N records and the errors among them
         cutoff = records[args.limit]["line"]

@@ -107,3 +107,22 @@ def test_sigkill_mid_run_then_rerun_yields_every_record_exactly_once(tiny_ckpt, 
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ids = [r["id"] for r in _rows(out)]
     assert sorted(ids) == sorted(f"r{i}" for i in range(n)) and len(ids) == n
+
+
+def test_a_drafter_folder_is_a_method(tiny_ckpt, tmp_path):
+    import jax
+
+    from specblock_jax.drafters.eagle3_train import Eagle3Task
+
+    target = sbj.load_target(tiny_ckpt)
+    task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)
+    task.export(task.init_params(jax.random.key(0)), str(tmp_path / "eagle3"))
+    prompts = tmp_path / "p.jsonl"
+    _write(prompts, [json.dumps({"id": str(i), "prompt": f"def h{i}(a, b):\n"}) for i in range(3)])
+    outs = {}
+    for method in ("ar", str(tmp_path / "eagle3")):
+        outs[method] = tmp_path / f"{len(outs)}.jsonl"
+        assert decode.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out",
+                            str(outs[method]), "--max-new-tokens", "10", "--method", method]) == 0
+    a, b = (_rows(p) for p in outs.values())
+    assert [r["token_ids"] for r in a] == [r["token_ids"] for r in b]

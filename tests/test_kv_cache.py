@@ -116,3 +116,16 @@ def test_cache_mask_combines_committed_prefix_and_new_token_mask():
     tree = jnp.asarray([[[1, 0, 0], [1, 1, 0], [1, 0, 1]]], bool)  # root with two children
     got = np.asarray(cache_mask(tree, jnp.asarray([1]), 5)).astype(int)
     np.testing.assert_array_equal(got[0], [[1, 1, 0, 0, 0], [1, 1, 1, 0, 0], [1, 1, 0, 1, 0]])
+
+
+def test_hidden_states_come_in_the_requested_order_with_repeats():
+    target = _target()
+    ids = np.arange(6)[None]
+    _, all_hidden = sbj.forward(target, ids, hidden_ids=(0, 1, 2))
+    _, picked = sbj.forward(target, ids, hidden_ids=(2, 0, 2))
+    for k, i in enumerate((2, 0, 2)):
+        np.testing.assert_array_equal(np.asarray(picked[:, :, k]), np.asarray(all_hidden[:, :, i]))
+    import pytest
+
+    with pytest.raises(ValueError, match=r"hidden_ids \[3\] outside \[0, 2\]"):
+        sbj.forward(target, ids, hidden_ids=(1, 3))

@@ -54,17 +54,20 @@ class Transformer(nnx.Module):
         compute_logits: bool = True,
     ) -> ForwardOutput:
         cfg = self.cfg
+        bad = [i for i in hidden_ids if not 0 <= i <= cfg.num_layers]
+        if bad:
+            raise ValueError(f"hidden_ids {bad} outside [0, {cfg.num_layers}] (HF hidden_states indexing)")
         x = jnp.take(self.embed_tokens[...], tokens, axis=0)
         cos, sin = rope_cos_sin(positions, cfg.rope, cfg.head_dim, x.dtype)
         if cache is not None:
             full_mask, starts = cache_mask(mask, cache.lengths, cache.max_len), cache.lengths
         else:
             full_mask, starts = mask, None
-        hidden = []
+        hidden = {}  # HF hidden_states index -> [B, T, H]
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             if i in hidden_ids:
-                hidden.append(x)
+                hidden[i] = x
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
             x, layer_cache = layer(x, cos, sin, full_mask, layer_cache, starts)
             if cache is not None:
@@ -72,7 +75,7 @@ class Transformer(nnx.Module):
                 new_v.append(layer_cache[1])
         x = self.norm(x)
         if cfg.num_layers in hidden_ids:
-            hidden.append(x)
+            hidden[cfg.num_layers] = x
         if cache is not None:
             cache = KVCache(tuple(new_k), tuple(new_v), cache.lengths)
         logits = None
@@ -82,7 +85,7 @@ class Transformer(nnx.Module):
             logits = jnp.einsum(
                 "bth,hv->btv", x, self.head_weight(), preferred_element_type=jnp.float32
             )
-        hid = jnp.stack(hidden, axis=2) if hidden else None
+        hid = jnp.stack([hidden[i] for i in hidden_ids], axis=2) if hidden_ids else None
         return ForwardOutput(logits, hid, cache)
 
 
