@@ -35,3 +35,12 @@ def test_shipped_target_matches_transformers_and_generates():
     res = sbj.generate(target, [prompt], max_new_tokens=24)[0]
     assert len(res.token_ids) >= 1 and res.text == target.tokenizer.decode(res.token_ids, skip_special_tokens=True)
 
+
+def test_shipped_eagle3_drafter_is_lossless_on_the_shipped_target():
+    target = sbj.load_target(TARGET)
+    drafter = sbj.load_drafter(ROOT / "assets" / "drafters" / "eagle3", target)
+    prompts = [json.loads(x)["prompt"] for x in (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:6]]
+    ar = sbj.generate(target, prompts, max_new_tokens=48, batch_size=3)
+    spec = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=48, batch_size=3)
+    assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
+    assert sum(s.stats["tau"] for s in spec) / len(spec) > 1.5  # it is a trained drafter
