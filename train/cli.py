@@ -48,22 +48,6 @@ CLI_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _typed(key: str, text: str, default: Any) -> Any:
-    """`text` as the type of `default` (bool, int, float, str); YAML for None, lists and maps."""
-    if isinstance(default, bool):
-        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(f"override {key}={text!r}: expected a boolean")
-        return text.lower() in ("true", "1", "yes")
-    try:
-        if isinstance(default, int):
-            return int(text)
-        if isinstance(default, float):
-            return float(text)
-    except ValueError:
-        raise ValueError(f"override {key}={text!r}: expected {type(default).__name__}") from None
-    return text if isinstance(default, str) else yaml.safe_load(text)
-
-
 def load_drafter_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """The YAML at `path` over the CLI and trainer defaults, with `key=value` overrides applied.
 
@@ -80,7 +64,7 @@ def load_drafter_config(path: str | Path, overrides: Sequence[str] = ()) -> dict
             raise ValueError(f"override {item!r} is not key=value")
         if key not in cfg:
             raise ValueError(f"override {item!r}: unknown key {key!r} (known: {sorted(cfg)})")
-        cfg[key] = _typed(key, text, cfg[key])
+        cfg[key] = train_target.parse_override(key, text, cfg[key])
     return cfg
 
 

@@ -41,7 +41,7 @@ from train import lm_data
 
 # ------------------------------------------------------------------------------------- config
 
-def _parse_value(key: str, text: str, default: Any) -> Any:
+def parse_override(key: str, text: str, default: Any) -> Any:
     """`text` converted to the type of the YAML default (bool, int, float, str; else YAML)."""
     if isinstance(default, bool):
         if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -70,7 +70,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
             raise ValueError(f"override {item!r} is not key=value")
         if key not in cfg:
             raise ValueError(f"override {item!r}: unknown key {key!r} (known: {sorted(cfg)})")
-        cfg[key] = _parse_value(key, text, cfg[key])
+        cfg[key] = parse_override(key, text, cfg[key])
     return cfg
 
 
