@@ -43,6 +43,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import specblock_jax as sbj
+from infer.decode import read_prompts as read_prompt_file
 from specblock_jax.decoding.generate import encode_prompts
 from specblock_jax.training.regen_dataset import MODES, build_tfds, read_records
 
@@ -52,27 +53,12 @@ TOKENIZER = "assets/tokenizer"
 
 
 def read_prompts(path: Path) -> tuple[list[dict], list[str]]:
-    """Valid {id, prompt, line} records in file order, and one "line N: reason" per skipped line."""
-    records, skipped, seen = [], [], set()
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                skipped.append(f"line {n}: invalid JSON ({e.msg})")
-                continue
-            if not isinstance(rec, dict) or rec.get("id") is None or not isinstance(rec.get("prompt"), str):
-                skipped.append(f"line {n}: expected an object with 'id' and a string 'prompt'")
-            elif not rec["prompt"]:
-                skipped.append(f"line {n} (id {rec['id']!r}): empty prompt")
-            elif str(rec["id"]) in seen:
-                skipped.append(f"line {n} (id {rec['id']!r}): duplicate id")
-            else:
-                seen.add(str(rec["id"]))
-                records.append({"id": str(rec["id"]), "prompt": rec["prompt"], "line": n})
-    return records, skipped
+    """Valid {id, prompt, line} records in file order, and one "line N: reason" per skipped line
+    (the rules of `specblock-decode`'s prompt files)."""
+    records, errors = read_prompt_file(path)
+    skipped = [f"line {e['line']}" + (f" (id {e['id']!r})" if e["id"] is not None else "") + f": {e['error']}"
+               for e in sorted(errors, key=lambda e: e["line"])]
+    return [{"id": r["id"], "prompt": r["prompt"], "line": r["line"]} for r in records], skipped
 
 
 def done_ids(path: Path) -> set[str]:

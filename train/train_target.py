@@ -36,6 +36,7 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from specblock_jax.models import (ModelConfig, RopeConfig, Target, apply, causal_mask, init_target,
                                   load_target, load_tokenizer, save_target)
+from specblock_jax.training.trainer import append_jsonl, checkpoint_manager, save_checkpoint
 from train import lm_data
 
 
@@ -136,22 +137,6 @@ def evaluate(eval_step, params: dict, batches: list[np.ndarray]) -> float:
 
 # ------------------------------------------------------------------------------- run state
 
-def _checkpoint_manager(directory: Path) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(max_to_keep=2, enable_async_checkpointing=False)
-    return ocp.CheckpointManager(directory.absolute(), options=options)
-
-
-def _save(mngr: ocp.CheckpointManager, step: int, params, opt_state, meta: dict) -> None:
-    mngr.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
-        meta=ocp.args.JsonSave(meta)), force=True)
-
-
-def _append_log(path: Path, record: dict) -> None:
-    with open(path, "a") as f:
-        f.write(json.dumps(record) + "\n")
-
-
 def _truncate_log(path: Path, step: int) -> None:
     """Drops records written after `step` by an interrupted run (they will be redone)."""
     if path.exists():
@@ -185,7 +170,7 @@ def train(cfg: dict[str, Any], stop_after: int | None = None) -> dict[str, Any]:
     opt_state = tx.init(params)
     train_step, eval_step = make_steps(graphdef, tx)
 
-    mngr = _checkpoint_manager(out / "checkpoints")
+    mngr = checkpoint_manager(out / "checkpoints", keep=2)
     step, data_state, elapsed = 0, {"epoch": 0, "index": 0}, 0.0
     if mngr.latest_step() is not None:
         restored = mngr.restore(mngr.latest_step(), args=ocp.args.Composite(
@@ -225,20 +210,20 @@ def train(cfg: dict[str, Any], stop_after: int | None = None) -> dict[str, Any]:
                       "grad_norm": grad_norm, "tokens_seen": step * tokens_per_step,
                       "tokens_per_s": (step - last_step) * tokens_per_step / (now - last_time),
                       "elapsed_s": elapsed}
-            _append_log(log_path, record)
+            append_jsonl(log_path, record)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{record['tokens_per_s']:.0f}")
             last_step, last_time = step, now
         if step % cfg["eval_every"] == 0:
             val = evaluate(eval_step, params, val_batches)
-            _append_log(log_path, {"step": step, "val_loss": val, "val_ppl": math.exp(val)})
+            append_jsonl(log_path, {"step": step, "val_loss": val, "val_ppl": math.exp(val)})
             bar.write(f"step {step}: val loss {val:.4f} (ppl {math.exp(val):.2f})")
             last_time = time.perf_counter()  # keep evaluation out of tokens/s
         elapsed = time.perf_counter() - start
         if step % cfg["ckpt_every"] == 0:
-            _save(mngr, step, params, opt_state, meta_now())
+            save_checkpoint(mngr, step, params, opt_state, meta_now())
     bar.close()
     if mngr.latest_step() != step:
-        _save(mngr, step, params, opt_state, meta_now())
+        save_checkpoint(mngr, step, params, opt_state, meta_now())
     mngr.wait_until_finished()
     if stop_after is not None and step < cfg["max_steps"] and elapsed < budget_s:
         return {"step": step}

@@ -161,18 +161,18 @@ def evaluate_tau(task: TrainTask, params: Any, target: sbj.Target,
 
 # ------------------------------------------------------------------------------ run state
 
-def _checkpoint_manager(directory: Path, keep: int) -> ocp.CheckpointManager:
+def checkpoint_manager(directory: Path, keep: int) -> ocp.CheckpointManager:
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
     return ocp.CheckpointManager(directory.absolute(), options=options)
 
 
-def _save(mngr: ocp.CheckpointManager, step: int, params, opt_state, meta: dict) -> None:
+def save_checkpoint(mngr: ocp.CheckpointManager, step: int, params, opt_state, meta: dict) -> None:
     mngr.save(step, args=ocp.args.Composite(
         state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
         meta=ocp.args.JsonSave(meta)), force=True)
 
 
-def _append(path: Path, record: dict) -> None:
+def append_jsonl(path: Path, record: dict) -> None:
     with open(path, "a") as f:
         f.write(json.dumps(record) + "\n")
 
@@ -228,7 +228,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
     params = task.init_params(jax.random.key(cfg["seed"]))
     opt_state = tx.init(params)
 
-    mngr = _checkpoint_manager(run / "checkpoints", cfg["keep_checkpoints"])
+    mngr = checkpoint_manager(run / "checkpoints", cfg["keep_checkpoints"])
     step, data_state, elapsed, tokens_seen, records = 0, None, 0.0, 0, []
     if mngr.latest_step() is not None:
         restored = mngr.restore(mngr.latest_step(), args=ocp.args.Composite(
@@ -249,7 +249,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
     last_eval = max((r["step"] for r in records if "eval_tau_mean" in r), default=-1)
 
     def checkpoint() -> None:
-        _save(mngr, step, params, opt_state, {
+        save_checkpoint(mngr, step, params, opt_state, {
             "step": step, "data": data.get_state(), "seed": cfg["seed"],
             "elapsed_s": time.perf_counter() - session_start, "tokens_seen": tokens_seen})
 
@@ -257,7 +257,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         nonlocal last_eval
         if eval_prompts:
             result = evaluate_tau(task, params, target, eval_prompts, cfg)
-            _append(log_path, {"step": step, **result})
+            append_jsonl(log_path, {"step": step, **result})
             bar.write(f"step {step}: eval tau mean {result['eval_tau_mean']}, median "
                       f"{result['eval_tau_median']} over {result['eval_prompts']} prompts")
         last_eval = step
@@ -271,7 +271,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         record = {"step": step, **means, "lr": float(schedule(step - 1)), "grad_norm": grad_norm,
                   "tokens_per_s": window_tokens / (now - window_start - window_pause),
                   "elapsed_s": now - session_start}
-        _append(log_path, record)
+        append_jsonl(log_path, record)
         bar.set_postfix(loss=f"{record['loss']:.4f}")
         window, window_tokens, window_start, window_pause = [], 0, now, 0.0
 
