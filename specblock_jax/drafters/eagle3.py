@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
+from specblock_jax.drafters.io import check_target, load_weights, register_loader
 from specblock_jax.models.config import ModelConfig, RopeConfig
 from specblock_jax.models.layers import MLP, RMSNorm, _normal, apply_rope, attend, rope_cos_sin, write_kv
 from specblock_jax.spec.dynamic_tree import build_topk_tree
@@ -210,3 +211,18 @@ class Eagle3Drafter:
         return {"cache": cache, "length": length + count,
                 "hidden": jnp.where(moved, jnp.take_along_axis(h, last, axis=1)[:, 0], state["hidden"]),
                 "logits": jnp.where(moved, jnp.take_along_axis(logits, last, axis=1)[:, 0], state["logits"])}
+
+
+def _load(path, meta, target, dtype, decoding):
+    raw = dict(meta["config"])
+    raw["rope"] = RopeConfig(**raw["rope"])
+    raw["feature_layers"] = tuple(raw["feature_layers"])
+    config = Eagle3Config(**{**raw, "dtype": dtype})
+    check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
+    graphdef, template = abstract_eagle3(config)
+    params = load_weights(path, template, config.dtype)
+    drafter = Eagle3Drafter(config, graphdef, **{**meta["decoding"], **decoding})
+    return drafter, {"draft": params, "embed": target.params["embed_tokens"]}
+
+
+register_loader("Eagle3Drafter", _load)

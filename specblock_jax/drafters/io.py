@@ -18,7 +18,6 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from specblock_jax.models.config import RopeConfig
 from specblock_jax.models.target import Target
 
 
@@ -62,32 +61,53 @@ def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "b
     return path
 
 
+# kind (config.json "kind") -> loader(path, meta, target, dtype, decoding) -> (Drafter, params);
+# filled by `register_loader` at import time of each drafter module listed in DRAFTER_MODULES.
+LOADERS: dict[str, Any] = {}
+DRAFTER_MODULES: tuple[str, ...] = (
+    "specblock_jax.drafters.eagle3", "specblock_jax.drafters.specblock", "specblock_jax.drafters.dflash")
+
+
+def register_loader(kind: str, loader) -> None:
+    """Registers `loader(path, meta, target, dtype, decoding) -> (Drafter, params)` for `kind`."""
+    if LOADERS.get(kind, loader) is not loader:
+        raise ValueError(f"drafter kind {kind!r} already has a loader")
+    LOADERS[kind] = loader
+
+
+def load_weights(path: Path, template: dict, dtype) -> dict:
+    """The drafter folder's weights in the structure of `template` (every tensor checked)."""
+    flat = load_file(str(path / "model.safetensors"))
+    params = _fill(template, flat, jnp.dtype(dtype), str(path))
+    if flat:
+        raise ValueError(f"{path}: unexpected tensors {sorted(flat)}")
+    return params
+
+
+def check_target(path: Path, vocab_size: int, hidden_size: int, layers: tuple[int, ...], target: Target):
+    """Refuses a target whose vocabulary, width or depth differ from what the drafter was trained on."""
+    tc = target.config
+    if (vocab_size, hidden_size) != (tc.vocab_size, tc.hidden_size) or max(layers) > tc.num_layers:
+        raise ValueError(f"{path}: drafter trained for vocab {vocab_size}, width {hidden_size}, "
+                         f"layers {layers}; the target has vocab {tc.vocab_size}, width "
+                         f"{tc.hidden_size}, {tc.num_layers} layers")
+
+
 def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = None, **decoding):
     """(Drafter, params) ready for `sbj.generate(target, ..., drafter=...)`. `decoding` overrides
     the saved decoding settings (e.g. num_nodes=32, depth=6)."""
-    from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, abstract_eagle3
+    import importlib
 
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path}: not a drafter folder (config.json is missing)")
     meta = json.loads((path / "config.json").read_text())
-    if meta.get("kind") not in ("Eagle3Drafter",):
-        raise ValueError(f"{path}: unknown drafter kind {meta.get('kind')!r}")
-    raw = dict(meta["config"])
-    raw["rope"] = RopeConfig(**raw["rope"])
-    raw["feature_layers"] = tuple(raw["feature_layers"])
-    raw["dtype"] = dtype or target.config.dtype
-    config = Eagle3Config(**raw)
-    tc = target.config
-    if (config.vocab_size, config.hidden_size) != (tc.vocab_size, tc.hidden_size) or max(
-            config.feature_layers) > tc.num_layers:
-        raise ValueError(f"{path}: drafter trained for vocab {config.vocab_size}, width "
-                         f"{config.hidden_size}, layers {config.feature_layers}; the target has vocab "
-                         f"{tc.vocab_size}, width {tc.hidden_size}, {tc.num_layers} layers")
-    graphdef, template = abstract_eagle3(config)
-    flat = load_file(str(path / "model.safetensors"))
-    params = _fill(template, flat, jnp.dtype(config.dtype), str(path))
-    if flat:
-        raise ValueError(f"{path}: unexpected tensors {sorted(flat)}")
-    drafter = Eagle3Drafter(config, graphdef, **{**meta["decoding"], **decoding})
-    return drafter, {"draft": params, "embed": target.params["embed_tokens"]}
+    for name in DRAFTER_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            if e.name != name:
+                raise
+    if meta.get("kind") not in LOADERS:
+        raise ValueError(f"{path}: unknown drafter kind {meta.get('kind')!r} (known: {sorted(LOADERS)})")
+    return LOADERS[meta["kind"]](path, meta, target, dtype or target.config.dtype, decoding)

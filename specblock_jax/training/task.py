@@ -42,7 +42,9 @@ if TYPE_CHECKING:
     import specblock_jax as sbj
 
 # Modules that register drafter tasks when imported; a module that does not exist (yet) is skipped.
-BUILTIN_TASK_MODULES: tuple[str, ...] = ("specblock_jax.drafters.eagle3_train",)
+BUILTIN_TASK_MODULES: tuple[str, ...] = (
+    "specblock_jax.drafters.eagle3_train", "specblock_jax.drafters.specblock_train",
+    "specblock_jax.drafters.dflash_train")
 
 
 class TrainTask(Protocol):
