@@ -8,7 +8,7 @@ budget and temperature; compilation is excluded from throughput and reported apa
   tokens/s  new tokens / decode-loop wall time, summed over batches
   speedup   tokens/s of the method / tokens/s of `ar`
   draft     estimated drafting time per committed token (see decoding/draft_cost.py) and the
-            share of the loop time it represents
+            share of the loop time it represents; drafter forwards per committed token
   same      fraction of prompts whose tokens equal `ar`'s (must be 1.0 at temperature 0; n/a when
             sampling, whose losslessness is a distribution property tested in the test suite)
 Writes results.json, results.md, speedup.png and every method's completions
@@ -32,8 +32,15 @@ import specblock_jax as sbj
 from infer.decode import DEFAULT_TARGET, check_method, read_prompts, resolve_method
 
 
+def drafter_forwards_per_step(drafter) -> int:
+    """Drafter forwards per decoding step (0 for ar and prompt lookup)."""
+    resolved = sbj.decoding.generate.resolve_drafter(drafter)
+    return 0 if resolved is None else int(getattr(resolved[0], "forwards_per_step", 0))
+
+
 def run_method(target, prompts, method, temperature, args) -> dict:
-    results = sbj.generate(target, prompts, drafter=resolve_method(method, target), temperature=temperature,
+    drafter = resolve_method(method, target)
+    results = sbj.generate(target, prompts, drafter=drafter, temperature=temperature,
                            max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size)
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
@@ -52,7 +59,9 @@ def run_method(target, prompts, method, temperature, args) -> dict:
         "tau_median": float(np.median(taus)), "tau_min": float(np.min(taus)), "tau_max": float(np.max(taus)),
         "tau_mean": float(np.mean(taus)),
         "target_forwards": int(sum(r.stats["target_forwards"] for r in results)),
-        "draft_s_per_token": draft / tokens, "draft_share": draft / wall,
+        "draft_s_per_token": draft / tokens,
+        "draft_forwards_per_token": drafter_forwards_per_step(drafter) * sum(
+            r.stats["target_forwards"] for r in results) / tokens, "draft_share": draft / wall,
         "compile_s": float(sum(b["compile"] for b in batches.values())),
         "token_ids": [r.token_ids for r in results],
         "texts": [r.text for r in results],
@@ -61,13 +70,14 @@ def run_method(target, prompts, method, temperature, args) -> dict:
 
 def table(rows: list[dict]) -> str:
     head = ("| T | method | tau median [min, max] | tokens/s | speedup | draft ms/token | draft share "
-            "| same as ar | compile s |\n|---|---|---|---|---|---|---|---|---|")
+            "| draft fwd/token | same as ar | compile s |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         lines.append(
             f"| {r['temperature']:g} | {r['method']} | {r['tau_median']:.2f} [{r['tau_min']:.2f}, "
             f"{r['tau_max']:.2f}] | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
             f"{1000 * r['draft_s_per_token']:.3f} | {100 * r['draft_share']:.1f}% | "
+            f"{r['draft_forwards_per_token']:.2f} | "
             f"{'n/a' if r['same_as_ar'] is None else format(r['same_as_ar'], '.2f')} | "
             f"{r['compile_s']:.1f} |")
     return "\n".join(lines)

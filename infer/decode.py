@@ -113,17 +113,58 @@ def load_target(args) -> sbj.Target:
     return target
 
 
+def parse_method(method: str) -> tuple[str, dict]:
+    """'NAME[:key=value[:key=value...]]' -> (NAME, decoding overrides). NAME is ar, prompt_lookup
+    or a drafter folder; values parse as int, float, true/false or text, e.g.
+    'assets/drafters/specblock:rank_tree=false:num_nodes=24'."""
+    base, *pairs = method.split(":")
+    overrides = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"method {method!r}: {pair!r} is not key=value")
+        low = raw.lower()
+        if low in ("true", "false"):
+            overrides[key] = low == "true"
+            continue
+        for cast in (int, float):
+            try:
+                overrides[key] = cast(raw)
+                break
+            except ValueError:
+                pass
+        else:
+            overrides[key] = raw
+    return base, overrides
+
+
 def check_method(method: str) -> None:
-    if method not in METHODS and not (Path(method) / "config.json").exists():
-        raise SystemExit(f"--method {method!r}: expected one of {METHODS} or a drafter folder")
+    base, overrides = parse_method(method)
+    if base not in METHODS and not (Path(base) / "config.json").exists():
+        raise SystemExit(f"--method {method!r}: expected one of {METHODS} or a drafter folder, "
+                         "optionally followed by :key=value decoding overrides")
+    if base == "ar" and overrides:
+        raise SystemExit(f"--method {method!r}: ar takes no settings")
 
 
 def resolve_method(method: str, target: sbj.Target):
-    """'ar' | 'prompt_lookup' | a drafter folder -> what `sbj.generate` takes as `drafter`."""
+    """'ar' | 'prompt_lookup' | a drafter folder, each with optional ':key=value' overrides
+    -> what `sbj.generate` takes as `drafter`."""
     check_method(method)
-    if method in METHODS:
-        return None if method == "ar" else method
-    return sbj.load_drafter(method, target)
+    base, overrides = parse_method(method)
+    if base == "ar":
+        return None
+    if base == "prompt_lookup":
+        from specblock_jax.drafters.prompt_lookup import PromptLookup
+
+        try:
+            return PromptLookup(**overrides)
+        except TypeError as e:
+            raise SystemExit(f"--method {method!r}: {e}") from None
+    try:
+        return sbj.load_drafter(base, target, **overrides)
+    except TypeError as e:
+        raise SystemExit(f"--method {method!r}: {e}") from None
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -23,6 +23,8 @@ class RandomTreeDrafter:
     keep_prob: float = 0.85
     hidden_ids: tuple[int, ...] = ()
 
+    forwards_per_step = property(lambda self: 0)  # no network forwards
+
     def init_state(self, params, prefill, max_len):
         return ()
 

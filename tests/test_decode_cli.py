@@ -120,9 +120,25 @@ def test_a_drafter_folder_is_a_method(tiny_ckpt, tmp_path):
     prompts = tmp_path / "p.jsonl"
     _write(prompts, [json.dumps({"id": str(i), "prompt": f"def h{i}(a, b):\n"}) for i in range(3)])
     outs = {}
-    for method in ("ar", str(tmp_path / "eagle3")):
+    for method in ("ar", str(tmp_path / "eagle3"), f"{tmp_path / 'eagle3'}:num_nodes=6:top_k=3"):
         outs[method] = tmp_path / f"{len(outs)}.jsonl"
         assert decode.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out",
                             str(outs[method]), "--max-new-tokens", "10", "--method", method]) == 0
-    a, b = (_rows(p) for p in outs.values())
-    assert [r["token_ids"] for r in a] == [r["token_ids"] for r in b]
+    a, *others = (_rows(p) for p in outs.values())
+    for b in others:
+        assert [r["token_ids"] for r in a] == [r["token_ids"] for r in b]
+
+
+def test_method_overrides_parse_and_reach_the_drafter(tiny_ckpt):
+    assert decode.parse_method("prompt_lookup:num_nodes=5:max_ngram=2") == (
+        "prompt_lookup", {"num_nodes": 5, "max_ngram": 2})
+    assert decode.parse_method("d:rank_tree=false:scale=0.5:name=x") == (
+        "d", {"rank_tree": False, "scale": 0.5, "name": "x"})
+    target = sbj.load_target(tiny_ckpt)
+    assert decode.resolve_method("prompt_lookup:num_nodes=5", target).num_nodes == 5
+    with pytest.raises(SystemExit, match="not key=value"):
+        decode.parse_method("prompt_lookup:num_nodes")
+    with pytest.raises(SystemExit, match="unexpected keyword"):
+        decode.resolve_method("prompt_lookup:nodes=5", target)
+    with pytest.raises(SystemExit, match="ar takes no settings"):
+        decode.check_method("ar:x=1")

@@ -38,6 +38,7 @@ class Drafter(Protocol):
     num_nodes: int  # N: the static node budget of every proposed tree (root included)
     max_children: int  # most siblings any node of its trees has (bounds verification work)
     hidden_ids: tuple[int, ...]  # target hidden states the drafter consumes (HF indexing)
+    forwards_per_step: int  # drafter network forwards per decoding step (propose + update)
 
     def init_state(self, params: Any, prefill: Prefill, max_len: int) -> Any:
         """max_len (static): positions a sequence can reach, prompt + new tokens + a tree."""

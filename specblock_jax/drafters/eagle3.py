@@ -142,6 +142,10 @@ class Eagle3Drafter:
     def hidden_ids(self) -> tuple[int, ...]:
         return self.config.feature_layers
 
+    @property
+    def forwards_per_step(self) -> int:
+        return self.depth  # depth - 1 tree expansions + the update over the accepted path
+
     def _model(self, params) -> Eagle3Model:
         return nnx.merge(self.graphdef, params["draft"])
 

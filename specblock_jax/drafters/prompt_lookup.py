@@ -25,6 +25,8 @@ class PromptLookup:
     max_children: int = 1
     hidden_ids: tuple[int, ...] = ()
 
+    forwards_per_step = property(lambda self: 0)  # no network forwards
+
     def init_state(self, params, prefill: Prefill, max_len: int):
         return ()
 
