@@ -29,12 +29,13 @@ import jax
 import numpy as np
 
 import specblock_jax as sbj
+from specblock_jax.decoding.generate import resolve_drafter
 from infer.decode import DEFAULT_TARGET, check_method, read_prompts, resolve_method
 
 
 def drafter_forwards_per_step(drafter) -> int:
     """Drafter forwards per decoding step (0 for ar and prompt lookup)."""
-    resolved = sbj.decoding.generate.resolve_drafter(drafter)
+    resolved = resolve_drafter(drafter)
     return 0 if resolved is None else int(getattr(resolved[0], "forwards_per_step", 0))
 
 
