@@ -1,0 +1,303 @@
+"""DFlash-style block-diffusion drafter: one forward drafts a whole block of B - 1 tokens.
+
+Model (z-lab/dflash `DFlashDraftModel`, scaled to our target): target context features
+    ctx = RMSNorm(Linear(n*H -> H)([h_a; h_b; ...]))   h = target hidden states at `feature_layers`
+and L_d Qwen3-style decoder layers over the block [x_p, MASK, ..., MASK] at positions p..p+B-1.
+Every layer takes its queries from the block only; its keys/values are
+    K = [k_norm(k_proj(ctx)) ; k_norm(k_proj(norm(block)))],  V = [v_proj(ctx) ; v_proj(norm(block))]
+(KV injection through the layer's own projections, RoPE at absolute positions), and a block query
+sees the context strictly before p and every token of its block (non-causal inside the block).
+The target's embedding and LM head are reused, frozen (`params["embed"]`, `params["head"]`, taken
+from the target at load time, never stored with the drafter). Logits at block offsets 1..B-1 are
+the drafts.
+
+Attention mask of one block query (context slots 0..S-1, then the B block slots), p = 3, B = 3,
+S = 5 (context entries 3, 4 hold stale values and are hidden):
+    ctx: 1 1 1 0 0 | block: 1 1 1        (the same row for all three block queries)
+A sequence drafting with a smaller block size b <= B also hides block slots >= b.
+
+Decoding state: per layer the context K/V of every committed token except the root (the same
+entries as the target's KV cache, so `length` equals its length); block K/V are never kept.
+`update` appends the accepted path's context K/V. Per-sequence block sizes live in the state
+(`block` [B] int32) under the static maximum `block_size`: nodes past a sequence's size are
+invalid and hidden from the block's attention, so a batch mixes sizes without recompiling.
+
+Draft tokens: `draft_mode="greedy"` takes argmax drafts (q one-hot); "sample" samples each offset
+from softmax(logits / draft_temperature) and keeps that q as `draft_probs`, so the engine's
+rejection sampling verifies them losslessly; "auto" (default) drafts greedily until the sequence
+commits a token that is not the target's argmax (which only happens when the loop samples; the
+drafter protocol does not receive the sampling parameters), then samples.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specblock_jax.drafters.base import DraftContext, Prefill
+from specblock_jax.drafters.io import check_target, load_weights, register_loader
+from specblock_jax.models.config import ModelConfig, RopeConfig
+from specblock_jax.models.layers import MLP, RMSNorm, _normal, apply_rope, attend, rope_cos_sin, write_kv
+from specblock_jax.spec.tree import DraftTree, chain_parents
+
+DRAFT_MODES = ("auto", "greedy", "sample")
+
+
+@dataclasses.dataclass(frozen=True)
+class DFlashConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    feature_layers: tuple[int, ...]  # target hidden states (HF indexing) fused into the context
+    target_layers: int  # the target's depth (its final normed hidden is index target_layers)
+    block_size: int = 16  # training block size
+    mask_token_id: int = 3
+    rms_norm_eps: float = 1e-6
+    rope: RopeConfig = RopeConfig()
+    dtype: str = "float32"
+
+    @classmethod
+    def for_target(cls, cfg: ModelConfig, num_layers: int = 3, feature_layers=None, block_size: int = 16,
+                   mask_token_id: int = 3) -> "DFlashConfig":
+        """Target widths. Features default to up to 5 layer outputs evenly spread from layer 1 to
+        the last (HF indices 1..L; a 4-layer target gives (1, 2, 3, 4))."""
+        n = cfg.num_layers
+        if feature_layers is None:
+            k = min(5, n)
+            feature_layers = sorted({round(1 + i * (n - 1) / max(k - 1, 1)) for i in range(k)})
+        return cls(cfg.hidden_size, cfg.intermediate_size, num_layers, cfg.num_heads, cfg.num_kv_heads,
+                   cfg.head_dim, cfg.vocab_size, tuple(feature_layers), n, block_size, mask_token_id,
+                   cfg.rms_norm_eps, cfg.rope, cfg.dtype)
+
+
+class DFlashLayer(nnx.Module):
+    """Pre-norm decoder layer whose attention injects context K/V (see the module docstring)."""
+
+    def __init__(self, c: DFlashConfig, rngs: nnx.Rngs):
+        dt, h = jnp.dtype(c.dtype), c.hidden_size
+        self.input_layernorm = RMSNorm(h, c.rms_norm_eps, dt)
+        self.q_proj = _normal(rngs, (h, c.num_heads, c.head_dim), dt)
+        self.k_proj = _normal(rngs, (h, c.num_kv_heads, c.head_dim), dt)
+        self.v_proj = _normal(rngs, (h, c.num_kv_heads, c.head_dim), dt)
+        self.o_proj = _normal(rngs, (c.num_heads, c.head_dim, h), dt)
+        self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, dt)
+        self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, dt)
+        self.post_attention_layernorm = RMSNorm(h, c.rms_norm_eps, dt)
+        self.mlp = MLP(ModelConfig("qwen3", c.vocab_size, h, c.intermediate_size, 1, c.num_heads,
+                                   c.num_kv_heads, c.head_dim), dt, rngs)
+
+    def kv(self, x, cos, sin):
+        """x [B, T, H] (context features or normed block) -> rotated k, v [B, T, K, D]."""
+        k = self.k_norm(jnp.einsum("bth,hkd->btkd", x, self.k_proj[...]))
+        v = jnp.einsum("bth,hkd->btkd", x, self.v_proj[...])
+        return apply_rope(k, cos, sin), v
+
+    def __call__(self, x, cos, sin, ctx_k, ctx_v, mask):
+        """x [B, T, H] block; ctx_k/ctx_v [B, S, K, D]; mask [B, T, S + T] -> [B, T, H]."""
+        h = self.input_layernorm(x)
+        q = apply_rope(self.q_norm(jnp.einsum("bth,hnd->btnd", h, self.q_proj[...])), cos, sin)
+        k, v = self.kv(h, cos, sin)
+        out = attend(q, jnp.concatenate([ctx_k, k.astype(ctx_k.dtype)], 1),
+                     jnp.concatenate([ctx_v, v.astype(ctx_v.dtype)], 1), mask)
+        x = x + jnp.einsum("btnd,ndh->bth", out, self.o_proj[...])
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DFlashModel(nnx.Module):
+    def __init__(self, c: DFlashConfig, rngs: nnx.Rngs):
+        dt = jnp.dtype(c.dtype)
+        self.c = c
+        self.fc = _normal(rngs, (len(c.feature_layers) * c.hidden_size, c.hidden_size), dt)
+        self.hidden_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, dt)
+        self.layers = nnx.List([DFlashLayer(c, rngs) for _ in range(c.num_layers)])
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, dt)
+
+    def context(self, target_hidden):
+        """[B, T, n, H] target hidden states -> [B, T, H] context features."""
+        b, t = target_hidden.shape[:2]
+        return self.hidden_norm(target_hidden.reshape(b, t, -1) @ self.fc[...])
+
+    def context_kv(self, ctx, positions):
+        """ctx [B, T, H] at RoPE positions [B, T] -> per layer (k, v) [B, T, K, D]."""
+        cos, sin = rope_cos_sin(positions, self.c.rope, self.c.head_dim, ctx.dtype)
+        return [layer.kv(ctx, cos, sin) for layer in self.layers]
+
+    def block(self, emb, positions, ctx_kv, mask):
+        """emb [B, T, H] block embeddings at positions [B, T]; ctx_kv per layer (k, v) [B, S, K, D];
+        mask [B, T, S + T]. Returns the final normed hidden [B, T, H]."""
+        cos, sin = rope_cos_sin(positions, self.c.rope, self.c.head_dim, emb.dtype)
+        x = emb
+        for layer, (k, v) in zip(self.layers, ctx_kv):
+            x = layer(x, cos, sin, k, v, mask)
+        return self.norm(x)
+
+
+def abstract_dflash(c: DFlashConfig):
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: DFlashModel(c, rngs=nnx.Rngs(0))))
+    return graphdef, nnx.to_pure_dict(state)
+
+
+def init_dflash(c: DFlashConfig, seed: int = 0) -> tuple[nnx.GraphDef, dict]:
+    graphdef, state = nnx.split(DFlashModel(c, rngs=nnx.Rngs(seed)))
+    return graphdef, nnx.to_pure_dict(state)
+
+
+def head_logits(hidden, head):
+    """hidden [..., H] @ head [H, V] -> fp32 logits."""
+    return jnp.einsum("...h,hv->...v", hidden, head, preferred_element_type=jnp.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class DFlashDrafter:
+    """Decoding-side DFlash drafter. params = {"draft", "embed" [V, H], "head" [H, V]}.
+
+    block_size (static): the largest block (root + block_size - 1 drafts) = num_nodes; each
+    sequence drafts with its own size <= block_size (`init_state(..., block=)`, default all).
+    """
+
+    config: DFlashConfig
+    graphdef: nnx.GraphDef
+    block_size: int = 16
+    draft_mode: str = "auto"
+    draft_temperature: float = 1.0
+
+    def __post_init__(self):
+        if self.draft_mode not in DRAFT_MODES:
+            raise ValueError(f"draft_mode must be one of {DRAFT_MODES}, got {self.draft_mode!r}")
+        if self.block_size < 2:
+            raise ValueError(f"block_size must be >= 2, got {self.block_size}")
+
+    num_nodes = property(lambda self: self.block_size)
+    max_children = property(lambda self: 1)
+    forwards_per_step = property(lambda self: 1)  # one block forward (+ K/V projections in update)
+
+    @property
+    def hidden_ids(self) -> tuple[int, ...]:
+        """The feature layers, plus the target's final normed hidden in "auto" mode (to see
+        whether a committed token was the target's argmax)."""
+        last = (self.config.target_layers,)
+        extra = last if self.draft_mode == "auto" and last[0] not in self.config.feature_layers else ()
+        return tuple(self.config.feature_layers) + extra
+
+    def _model(self, params) -> DFlashModel:
+        return nnx.merge(self.graphdef, params["draft"])
+
+    def _features(self, hidden):
+        n = len(self.config.feature_layers)
+        return hidden[:, :, :n]
+
+    def _is_sampled(self, params, final_hidden, token):
+        """Whether `token` [B] differs from the target's argmax given its final hidden [B, H]."""
+        return jnp.argmax(head_logits(final_hidden, params["head"]), -1) != token
+
+    def _final_index(self):
+        return self.hidden_ids.index(self.config.target_layers)
+
+    def init_state(self, params, prefill: Prefill, max_len: int, block=None):
+        """Context K/V of the prompt (slots 0..P-1); block [B] per-sequence sizes (default all
+        `block_size`)."""
+        model = self._model(params)
+        b, p = prefill.tokens.shape
+        c = self.config
+        dt = jnp.dtype(c.dtype)
+        pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+        kv = model.context_kv(model.context(self._features(prefill.hidden).astype(dt)), pos)
+        shape = (b, max_len, c.num_kv_heads, c.head_dim)
+        zero = jnp.zeros((b,), jnp.int32)
+        cache = tuple((write_kv(jnp.zeros(shape, dt), k, zero), write_kv(jnp.zeros(shape, dt), v, zero))
+                      for k, v in kv)
+        if block is None:
+            block = jnp.full((b,), self.block_size, jnp.int32)
+        sampled = jnp.zeros((b,), bool)
+        if self.draft_mode == "auto":
+            sampled = jnp.argmax(prefill.logits, -1) != prefill.root
+        return {"cache": cache, "length": prefill.lengths.astype(jnp.int32),
+                "block": jnp.clip(block.astype(jnp.int32), 1, self.block_size), "sampled": sampled}
+
+    def block_mask(self, length, block, size):
+        """[B, N, size + N] bool: context slots < length[b] and block slots < block[b]."""
+        n = self.block_size
+        ctx = jnp.arange(size)[None, :] < length[:, None]
+        blk = jnp.arange(n)[None, :] < block[:, None]
+        row = jnp.concatenate([ctx, blk], axis=1)
+        return jnp.broadcast_to(row[:, None, :], (length.shape[0], n, size + n))
+
+    def draft_logits(self, params, state, root):
+        """Logits [B, N - 1, V] of block offsets 1..N-1 for the block rooted at root [B]."""
+        model = self._model(params)
+        n = self.block_size
+        b = root.shape[0]
+        size = state["cache"][0][0].shape[1]
+        tokens = jnp.full((b, n), self.config.mask_token_id, jnp.int32).at[:, 0].set(root)
+        positions = state["length"][:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
+        emb = jnp.take(params["embed"], tokens, axis=0).astype(jnp.dtype(self.config.dtype))
+        hidden = model.block(emb, positions, state["cache"], self.block_mask(state["length"], state["block"], size))
+        return head_logits(hidden[:, 1:], params["head"])
+
+    def propose(self, params, state, ctx: DraftContext, key):
+        logits = self.draft_logits(params, state, ctx.root)  # [B, N - 1, V]
+        b, n = ctx.root.shape[0], self.block_size
+        v = logits.shape[-1]
+        greedy_tok = jnp.argmax(logits, -1).astype(jnp.int32)
+        valid = jnp.arange(n)[None, :] < state["block"][:, None]
+        if self.draft_mode == "greedy":  # deterministic drafts: q is one-hot (draft_probs None)
+            tokens = jnp.concatenate([ctx.root[:, None], greedy_tok], axis=1)
+            return DraftTree(tokens, chain_parents(b, n), valid), state
+        scaled = logits / self.draft_temperature
+        drawn = jax.vmap(lambda k, lg: jax.random.categorical(k, lg, axis=-1))(key, scaled)
+        sample = state["sampled"] if self.draft_mode == "auto" else jnp.ones((b,), bool)
+        tokens = jnp.where(sample[:, None], drawn, greedy_tok).astype(jnp.int32)
+        probs = jnp.where(sample[:, None, None], jax.nn.softmax(scaled, -1),
+                          jax.nn.one_hot(tokens, v, dtype=jnp.float32))
+        tokens = jnp.concatenate([ctx.root[:, None], tokens], axis=1)
+        probs = jnp.concatenate([jnp.zeros((b, 1, v), jnp.float32), probs], axis=1)
+        return DraftTree(tokens, chain_parents(b, n), valid, probs), state
+
+    def update(self, params, state, ctx: DraftContext, result, hidden):
+        """Appends the context K/V of the accepted path (root + accepted drafts)."""
+        model = self._model(params)
+        b, n = result.path.shape
+        length = state["length"]
+        count = ctx.cache_len - length  # committed this step (0 for finished rows)
+        on_path = jnp.take_along_axis(hidden, result.path[:, :, None, None], axis=1)  # [B, N, n, H]
+        feats = self._features(on_path).astype(jnp.dtype(self.config.dtype))
+        pos = length[:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
+        kv = model.context_kv(model.context(feats), pos)
+        cache = tuple((write_kv(ck, k, length), write_kv(cv, v, length))
+                      for (ck, cv), (k, v) in zip(state["cache"], kv))
+        sampled = state["sampled"]
+        if self.draft_mode == "auto":
+            last = jnp.take_along_axis(on_path, result.num_accepted[:, None, None, None], axis=1)
+            seen = self._is_sampled(params, last[:, 0, self._final_index()], result.bonus)
+            sampled = sampled | (seen & (count > 0))
+        return {**state, "cache": cache, "length": length + count, "sampled": sampled}
+
+
+def target_head(target) -> jax.Array:
+    """The target's LM head [H, V] (the transposed embedding when tied)."""
+    return nnx.merge(target.graphdef, target.params).head_weight()
+
+
+def load_dflash(path, meta, target, dtype, decoding):
+    raw = dict(meta["config"])
+    raw["rope"] = RopeConfig(**raw["rope"])
+    raw["feature_layers"] = tuple(raw["feature_layers"])
+    config = DFlashConfig(**{**raw, "dtype": dtype})
+    check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
+    if target.config.num_layers != config.target_layers:
+        raise ValueError(f"{path}: drafter trained for a {config.target_layers}-layer target, the "
+                         f"target has {target.config.num_layers}")
+    graphdef, template = abstract_dflash(config)
+    params = load_weights(path, template, config.dtype)
+    drafter = DFlashDrafter(config, graphdef, **{**meta["decoding"], **decoding})
+    return drafter, {"draft": params, "embed": target.params["embed_tokens"], "head": target_head(target)}
+
+
+register_loader("DFlashDrafter", load_dflash)
