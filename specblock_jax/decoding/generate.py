@@ -24,6 +24,8 @@ from specblock_jax.drafters.prompt_lookup import PromptLookup
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import apply, causal_mask
+from specblock_jax.parallel.activation import constrain_cache
+from specblock_jax.parallel.decoding import DecodeLayout, run_sharded
 
 MAX_STOP_TOKENS = 8
 MIN_BUCKET = 16
@@ -56,7 +58,7 @@ def _ar_loop(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets
     Returns (out [B, max_new] int32 padded with -1, generated [B], stopped [B] bool).
     """
     b, p = tokens.shape
-    cache = init_cache(cfg, b, cache_len)
+    cache = constrain_cache(init_cache(cfg, b, cache_len))  # laid out by the mesh, if sharded
     pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
     fwd = apply(graphdef, params, tokens, pos, causal_mask(b, p), cache,
                 logit_indices=(lengths - 1)[:, None])
@@ -162,6 +164,7 @@ def generate(
     stop_tokens: Sequence[int] = (),
     batch_size: int | None = None,
     max_cache_len: int | None = None,
+    mesh: Any = None,
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
 
@@ -173,6 +176,11 @@ def generate(
     batch_size: rows per compiled batch (the last batch is padded to it); default min(8, prompts).
     max_cache_len (default max_position_embeddings) bounds prompt + max_new_tokens.
     temperature and max_new_tokens may be given per prompt (sequences as long as `prompts`).
+    mesh: None (one device) or a `jax.sharding.Mesh` ("data", "model"; see `specblock_jax.parallel`):
+    each batch is split over "data", the target and its KV cache over "model"; outputs are
+    token-identical. In a multi-host run every host calls `generate` with its own prompts (its
+    `batch_size` rows join each global batch; hosts run in lockstep) and gets its own results;
+    sampling keys then also fold in the process index. draft_time_s is None under a mesh.
     """
     spec = resolve_drafter(drafter)
     cfg = target.config
@@ -192,12 +200,30 @@ def generate(
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths share a batch
     results: list[GenerationResult | None] = [None] * len(ids)
     bsz = batch_size or min(8, len(ids))
+    layout = None
+    if mesh is not None:
+        layout = DecodeLayout(mesh, bsz or 1)
+        bsz = layout.batch_size
+        if jax.process_count() > 1:
+            base_key = jax.random.fold_in(base_key, jax.process_index())
+        if not ids:  # this host has no prompts but must join every batch: one padding row
+            ids, budget, temps = [[0]], [1], [0.0]
+        params = layout.put(target.params)
+        if spec is not None:
+            spec = (spec[0], layout.put(spec[1]))
+    else:
+        params = target.params
     max_new = max(budget)  # static: one compilation serves every budget up to it
-    for start in range(0, len(order), bsz):
+    num_batches = -(-len(order) // bsz) if bsz else 0
+    if layout is not None:
+        max_new, num_batches = layout.agree_max(max_new, num_batches)
+    for start in range(0, num_batches * bsz, bsz):
         chunk = order[start:start + bsz]
-        rows = chunk + [chunk[0]] * (bsz - len(chunk))  # pad the batch to a fixed size
+        rows = chunk + [chunk[0] if chunk else 0] * (bsz - len(chunk))  # pad to a fixed size
         greedy = all(temps[i] <= 0 for i in rows)
         bucket = length_bucket(max(len(ids[i]) for i in rows))
+        if layout is not None:  # every host runs the same shapes
+            greedy, bucket = layout.agree_all(greedy), layout.agree_max(bucket)[0]
         tokens = np.zeros((bsz, bucket), np.int32)
         for r, i in enumerate(rows):
             tokens[r, :len(ids[i])] = ids[i]
@@ -207,21 +233,26 @@ def generate(
         sampling = SamplingParams.make(bsz, [temps[i] for i in rows], top_k, top_p)
         inputs = (jnp.asarray(tokens), lengths, budgets, sampling, stop_arr, keys)
         if spec is None:
-            static = (target.graphdef, cfg, cache_length(bucket, max_new), max_new)
-            exe, compile_s = compiled(_ar_loop, static, target.params, *inputs)
+            fn, static = _ar_loop, (target.graphdef, cfg, cache_length(bucket, max_new), max_new)
+            args = (params, *inputs)
         else:
             d, dparams = spec
+            fn = spec_loop
             static = (target.graphdef, cfg, d, cache_length(bucket, max_new, d.num_nodes), max_new,
                       greedy)
-            exe, compile_s = compiled(spec_loop, static, target.params, dparams, *inputs)
+            args = (params, dparams, *inputs)
+        if layout is not None:
+            fn, static = run_sharded, (layout.plan, fn, *static)
+            args = args[:-len(inputs)] + layout.inputs(*inputs)
+        exe, compile_s = compiled(fn, static, *args)
         t0 = time.perf_counter()
-        outputs = jax.device_get(exe(target.params, *inputs) if spec is None
-                                 else exe(target.params, spec[1], *inputs))
+        outputs = exe(*args)
+        outputs = jax.device_get(outputs) if layout is None else layout.outputs(outputs)
         wall = time.perf_counter() - t0
         out, generated, stopped = outputs[:3]
         forwards = outputs[3] if spec is not None else generated
-        call_s = 0.0
-        if spec is not None:
+        call_s = 0.0 if layout is None else None  # propose timing runs unsharded: skipped
+        if spec is not None and layout is None:
             call_s = propose_seconds(cfg, spec[0], spec[1], bsz, bucket, bucket + max_new + spec[0].num_nodes,
                                      static[3])
         for r, i in enumerate(chunk):
@@ -234,7 +265,7 @@ def generate(
             stats = {"prompt_tokens": len(ids[i]), "new_tokens": len(new), "target_forwards": fw + 1,
                      "tau": 1.0 if spec is None and fw else tau,
                      "finish_reason": "stop" if stopped[r] else "length",
-                     "draft_time_s": fw * call_s, "total_time_s": wall,
+                     "draft_time_s": None if call_s is None else fw * call_s, "total_time_s": wall,
                      "compile_s": compile_s, "batch_size": bsz, "batch": start // bsz}
             results[i] = GenerationResult(text, new, stats)
     return results  # type: ignore[return-value]

@@ -19,6 +19,7 @@ from specblock_jax.decoding.sampling import sample, sampling_logprobs
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.transformer import apply, causal_mask
+from specblock_jax.parallel.activation import constrain_cache
 from specblock_jax.spec.tree import ancestor_mask, depths
 from specblock_jax.spec.verify import verify_greedy, verify_sampling
 
@@ -39,7 +40,7 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, params, drafte
     """
     b, p = tokens.shape
     n = drafter.num_nodes
-    cache = init_cache(cfg, b, cache_len)
+    cache = constrain_cache(init_cache(cfg, b, cache_len))  # laid out by the mesh, if sharded
     pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
     hidden_ids = tuple(drafter.hidden_ids)
     fwd = apply(graphdef, params, tokens, pos, causal_mask(b, p), cache, hidden_ids=hidden_ids,

@@ -44,6 +44,8 @@ import orbax.checkpoint as ocp
 from tqdm import tqdm
 
 import specblock_jax as sbj
+from specblock_jax import parallel
+from specblock_jax.parallel.training import TrainLayout
 from specblock_jax.training.task import TrainTask
 
 # Keys `train` reads from cfg, with their defaults (configs/drafters/README.md describes them).
@@ -122,9 +124,14 @@ def make_optimizer(cfg: Mapping[str, Any]) -> tuple[optax.GradientTransformation
 def make_train_step(task: TrainTask, tx: optax.GradientTransformation) -> Callable:
     """The jitted step (params, opt_state, frozen, batch, key) -> (params, opt_state, metrics);
     params and opt_state are donated. metrics: {"loss", <task metrics>, "grad_norm"} (scalars,
-    grad_norm before clipping)."""
+    grad_norm before clipping). `train_step_fn` is the same step unjitted (the sharded trainer
+    jits it with shardings, see parallel/training.py)."""
+    return functools.partial(jax.jit, donate_argnums=(0, 1))(train_step_fn(task, tx))
 
-    @functools.partial(jax.jit, donate_argnums=(0, 1))
+
+def train_step_fn(task: TrainTask, tx: optax.GradientTransformation) -> Callable:
+    """The pure step function (not jitted) that `make_train_step` compiles."""
+
     def train_step(params, opt_state, frozen, batch, key):
         (loss, metrics), grads = jax.value_and_grad(task.loss_fn, has_aux=True)(
             params, frozen, batch, key)
@@ -142,18 +149,28 @@ def make_train_step(task: TrainTask, tx: optax.GradientTransformation) -> Callab
 # ----------------------------------------------------------------------------------- eval
 
 def evaluate_tau(task: TrainTask, params: Any, target: sbj.Target,
-                 prompts: Sequence[str | Sequence[int]], cfg: Mapping[str, Any]) -> dict[str, Any]:
+                 prompts: Sequence[str | Sequence[int]], cfg: Mapping[str, Any],
+                 mesh: Any = None) -> dict[str, Any]:
     """Greedy speculative decoding of `prompts` with the task's drafter; tau statistics.
 
     Returns {"eval_tau_mean", "eval_tau_median", "eval_prompts", "eval_s"}: tau (tokens committed
     per target forward, bonus included) over the prompts that had a decoding forward
-    (eval_prompts of them; the means are None when none had).
+    (eval_prompts of them; the means are None when none had). With a mesh, decoding is sharded
+    and, in a multi-host run, each host decodes its share of the prompts (taus gathered).
     """
     start = time.perf_counter()
-    results = sbj.generate(target, list(prompts), drafter=task.decoding_drafter(params),
-                           temperature=0.0, max_new_tokens=cfg["eval_max_new_tokens"],
-                           batch_size=min(cfg["eval_batch_size"], len(prompts)))
+    if mesh is None:
+        results = sbj.generate(target, list(prompts), drafter=task.decoding_drafter(params),
+                               temperature=0.0, max_new_tokens=cfg["eval_max_new_tokens"],
+                               batch_size=min(cfg["eval_batch_size"], len(prompts)))
+    else:
+        mine = parallel.host_shard(list(prompts))
+        results = sbj.generate(target, mine, drafter=task.decoding_drafter(params), mesh=mesh,
+                               temperature=0.0, max_new_tokens=cfg["eval_max_new_tokens"],
+                               batch_size=cfg["eval_batch_size"])
     taus = [r.stats["tau"] for r in results if r.stats["tau"] is not None]
+    if mesh is not None and jax.process_count() > 1:
+        taus = parallel.host_gather_floats(taus)
     return {"eval_tau_mean": statistics.fmean(taus) if taus else None,
             "eval_tau_median": statistics.median(taus) if taus else None,
             "eval_prompts": len(taus), "eval_s": time.perf_counter() - start}
@@ -200,7 +217,7 @@ def _mean_metrics(window: list[dict[str, jax.Array]]) -> dict[str, float]:
 
 def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
           data_iter_factory: Callable[[dict[str, int] | None], DataIterator],
-          eval_prompts: Sequence[str | Sequence[int]]) -> dict[str, Any]:
+          eval_prompts: Sequence[str | Sequence[int]], mesh: Any = None) -> dict[str, Any]:
     """Trains `task` (resuming from the run dir's latest checkpoint), exports it, returns the summary.
 
     cfg: the config dict; the keys of `TRAINER_DEFAULTS` are read (missing ones take defaults),
@@ -217,16 +234,30 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
     (eval_* are those of the final evaluation, eval_history is [{"step", "eval_tau_mean",
     "eval_tau_median"}] over the run; tokens_seen counts attention_mask ones of this session's
     batches plus those recorded in the checkpoint).
+    mesh: None (one device, the default) or a `jax.sharding.Mesh` / `parallel.ShardingPlan`: the
+    step runs sharded (params and optimizer state FSDP + tensor-parallel, batch over "data"),
+    checkpoints are saved sharded and restore onto any mesh shape. In a multi-host run each host's
+    iterator yields its rows of the global batch (`parallel.HostShard`); process 0 writes the
+    logs, the summary and the export.
     """
     cfg = with_defaults(cfg)
     run = Path(cfg["run_dir"])
     run.mkdir(parents=True, exist_ok=True)
     log_path = run / "metrics.jsonl"
     tx, schedule = make_optimizer(cfg)
-    train_step = make_train_step(task, tx)
     frozen = task.frozen()
     params = task.init_params(jax.random.key(cfg["seed"]))
-    opt_state = tx.init(params)
+    primary = jax.process_index() == 0
+    if mesh is None:
+        train_step = make_train_step(task, tx)
+        opt_state = tx.init(params)
+    else:
+        plan = mesh if isinstance(mesh, parallel.ShardingPlan) else parallel.ShardingPlan(mesh, fsdp=True)
+        layout = TrainLayout.make(plan, tx, params, frozen)
+        params, frozen = layout.put(params), layout.put_frozen(frozen)
+        opt_state = layout.init_opt(params)
+        train_step = layout.jit_step(train_step_fn(task, tx))
+        mesh = plan.mesh
 
     mngr = checkpoint_manager(run / "checkpoints", cfg["keep_checkpoints"])
     step, data_state, elapsed, tokens_seen, records = 0, None, 0.0, 0, []
@@ -240,9 +271,9 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
                              f"seed={cfg['seed']}; use another run_dir")
         step, data_state, elapsed, tokens_seen = (meta["step"], meta["data"], meta["elapsed_s"],
                                                   meta["tokens_seen"])
-        records = _truncate_log(log_path, step)
+        records = _truncate_log(log_path, step) if primary else _read_log(log_path)
         print(f"resumed {run} at step {step} (data state {data_state})")
-    else:
+    elif primary:
         log_path.unlink(missing_ok=True)
     data = data_iter_factory(data_state)
     base_key = jax.random.key(cfg["seed"])
@@ -256,8 +287,9 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
     def run_eval() -> None:
         nonlocal last_eval
         if eval_prompts:
-            result = evaluate_tau(task, params, target, eval_prompts, cfg)
-            append_jsonl(log_path, {"step": step, **result})
+            result = evaluate_tau(task, params, target, eval_prompts, cfg, mesh)
+            if primary:
+                append_jsonl(log_path, {"step": step, **result})
             bar.write(f"step {step}: eval tau mean {result['eval_tau_mean']}, median "
                       f"{result['eval_tau_median']} over {result['eval_prompts']} prompts")
         last_eval = step
@@ -271,7 +303,8 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         record = {"step": step, **means, "lr": float(schedule(step - 1)), "grad_norm": grad_norm,
                   "tokens_per_s": window_tokens / (now - window_start - window_pause),
                   "elapsed_s": now - session_start}
-        append_jsonl(log_path, record)
+        if primary:
+            append_jsonl(log_path, record)
         bar.set_postfix(loss=f"{record['loss']:.4f}")
         window, window_tokens, window_start, window_pause = [], 0, now, 0.0
 
@@ -317,6 +350,11 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         checkpoint()
     mngr.wait_until_finished()
     mngr.close()
+    if mesh is not None:
+        params = parallel.fetch(params)  # numpy on every host (all-gathered)
+        parallel.sync("specblock-train-end")
+    if not primary:
+        return {"steps": step, "stop_reason": stop_reason, "elapsed_s": elapsed}
     task.export(params, cfg["out_dir"])
     return _write_summary(cfg, step, stop_reason, elapsed, tokens_seen, _read_log(log_path))
 
