@@ -301,3 +301,6 @@ def load_dflash(path, meta, target, dtype, decoding):
 
 
 register_loader("DFlashDrafter", load_dflash)
+
+# BlockPilot drafter folders load through this module (io.DRAFTER_MODULES lists it)
+import specblock_jax.drafters.blockpilot  # noqa: E402,F401

@@ -1,0 +1,160 @@
+"""BlockPilot: a per-request block size for the DFlash drafter, picked after prefill by a small MLP.
+
+Features of the target's next-token distribution after the prompt (`Prefill.logits` [B, V], taken
+at temperature 1):
+    "topk": its k largest probabilities, sorted, and its entropy (k + 1 numbers)
+    "full": the whole probability vector (V numbers; BlockPilot's own choice)
+standardised with the training set's mean and std (stored with the policy). The policy is an MLP
+Linear(F -> W) -> ReLU -> [Linear(W -> W) + residual -> ReLU] -> Linear(W -> C) over the C
+candidate sizes (`sizes`, e.g. 14..18), trained with cross-entropy on oracle labels (train/blockpilot.py).
+
+`BlockPilotDrafter` wraps a `DFlashDrafter` whose static block size is max(sizes): in `init_state`
+it runs the policy on every row and stores the chosen sizes in the drafter state, so one compiled
+loop serves any mix of sizes; `propose`/`update` are the DFlash drafter's.
+
+Folder layout (`save_blockpilot`): config.json {"kind": "BlockPilotDrafter", "dflash_dir" (relative
+to the folder, or absolute), "policy": PolicyConfig} + policy.safetensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors.numpy import load_file, save_file
+
+from specblock_jax.drafters.dflash import DFlashDrafter
+from specblock_jax.drafters.io import _fill, _flatten, load_drafter, register_loader
+
+FEATURE_KINDS = ("topk", "full")
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyConfig:
+    sizes: tuple[int, ...]  # candidate block sizes, class i -> sizes[i]
+    features: str = "topk"  # "topk" | "full"
+    top_k: int = 32
+    vocab_size: int = 0
+    width: int = 256
+
+    @property
+    def in_dim(self) -> int:
+        return self.top_k + 1 if self.features == "topk" else self.vocab_size
+
+
+def features(logits: jax.Array, kind: str, top_k: int = 32) -> jax.Array:
+    """[B, V] next-token logits -> [B, F] fp32 features (module docstring)."""
+    if kind not in FEATURE_KINDS:
+        raise ValueError(f"features must be one of {FEATURE_KINDS}, got {kind!r}")
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    p = jnp.exp(logp)
+    if kind == "full":
+        return p
+    entropy = -jnp.sum(p * logp, axis=-1, keepdims=True)
+    return jnp.concatenate([jax.lax.top_k(p, top_k)[0], entropy], axis=-1)
+
+
+class PolicyMLP(nnx.Module):
+    def __init__(self, c: PolicyConfig, rngs: nnx.Rngs):
+        self.mean = nnx.Param(jnp.zeros((c.in_dim,)))
+        self.std = nnx.Param(jnp.ones((c.in_dim,)))
+        self.inp = nnx.Linear(c.in_dim, c.width, rngs=rngs)
+        self.mid = nnx.Linear(c.width, c.width, rngs=rngs)
+        self.out = nnx.Linear(c.width, len(c.sizes), rngs=rngs)
+
+    def __call__(self, x, dropout: float = 0.0, key=None):
+        """x [B, F] raw features -> [B, C] logits; dropout (training) needs a PRNG key."""
+        def drop(h, k):
+            if not dropout:
+                return h
+            return jnp.where(jax.random.bernoulli(k, 1 - dropout, h.shape), h / (1 - dropout), 0.0)
+
+        keys = jax.random.split(key, 2) if dropout else (None, None)
+        h = (x - self.mean[...]) / self.std[...]
+        h = drop(jax.nn.relu(self.inp(h)), keys[0])
+        h = drop(jax.nn.relu(h + self.mid(h)), keys[1])
+        return self.out(h)
+
+
+def init_policy(c: PolicyConfig, seed: int = 0) -> tuple[nnx.GraphDef, dict]:
+    graphdef, state = nnx.split(PolicyMLP(c, rngs=nnx.Rngs(seed)))
+    return graphdef, nnx.to_pure_dict(state)
+
+
+def choose(graphdef, params, c: PolicyConfig, logits: jax.Array) -> jax.Array:
+    """[B, V] prefill logits -> [B] int32 chosen block sizes."""
+    cls = jnp.argmax(nnx.merge(graphdef, params)(features(logits, c.features, c.top_k)), axis=-1)
+    return jnp.asarray(c.sizes, jnp.int32)[cls]
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPilotDrafter:
+    """DFlash drafting with a per-request block size. params = {"dflash": DFlash params,
+    "policy": policy params}. `dflash.block_size` must be max(policy.sizes)."""
+
+    dflash: DFlashDrafter
+    policy: PolicyConfig
+    policy_graphdef: nnx.GraphDef
+
+    def __post_init__(self):
+        if self.dflash.block_size != max(self.policy.sizes):
+            raise ValueError(f"the DFlash drafter's block size {self.dflash.block_size} must be "
+                             f"max(sizes) = {max(self.policy.sizes)}")
+
+    num_nodes = property(lambda self: self.dflash.num_nodes)
+    max_children = property(lambda self: self.dflash.max_children)
+    hidden_ids = property(lambda self: self.dflash.hidden_ids)
+    forwards_per_step = property(lambda self: self.dflash.forwards_per_step)
+
+    def init_state(self, params, prefill, max_len: int):
+        block = choose(self.policy_graphdef, params["policy"], self.policy, prefill.logits)
+        return self.dflash.init_state(params["dflash"], prefill, max_len, block=block)
+
+    def propose(self, params, state, ctx, key):
+        return self.dflash.propose(params["dflash"], state, ctx, key)
+
+    def update(self, params, state, ctx, result, hidden):
+        return self.dflash.update(params["dflash"], state, ctx, result, hidden)
+
+
+def save_blockpilot(path: str | os.PathLike, policy: PolicyConfig, policy_params: dict, dflash_dir: str) -> Path:
+    """Writes config.json (policy settings, the DFlash folder it drives) and policy.safetensors (fp32)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    meta = {"kind": "BlockPilotDrafter", "dflash_dir": dflash_dir, "policy": dataclasses.asdict(policy)}
+    (path / "config.json").write_text(json.dumps(meta, indent=2))
+    flat = {k: np.asarray(jax.device_get(v), np.float32) for k, v in _flatten(policy_params).items()}
+    save_file(flat, str(path / "policy.safetensors"), metadata={"format": "flax"})
+    return path
+
+
+def _load(path, meta, target, dtype, decoding):
+    raw = dict(meta["policy"])
+    raw["sizes"] = tuple(raw["sizes"])
+    policy = PolicyConfig(**raw)
+    if policy.features == "full" and policy.vocab_size != target.config.vocab_size:
+        raise ValueError(f"{path}: policy trained for vocab {policy.vocab_size}, the target has "
+                         f"{target.config.vocab_size}")
+    dflash_dir = Path(meta["dflash_dir"])
+    dflash_dir = dflash_dir if dflash_dir.is_absolute() else Path(path) / dflash_dir
+    dflash, dparams = load_drafter(dflash_dir, target, dtype, **{**decoding, "block_size": max(policy.sizes)})
+    graphdef, template = nnx.split(nnx.eval_shape(lambda: PolicyMLP(policy, rngs=nnx.Rngs(0))))
+    params = _load_policy(Path(path), nnx.to_pure_dict(template))
+    return BlockPilotDrafter(dflash, policy, graphdef), {"dflash": dparams, "policy": params}
+
+
+def _load_policy(path: Path, template: dict) -> dict:
+    flat = load_file(str(path / "policy.safetensors"))
+    params = _fill(template, flat, jnp.float32, str(path))
+    if flat:
+        raise ValueError(f"{path}: unexpected tensors {sorted(flat)}")
+    return params
+
+
+register_loader("BlockPilotDrafter", _load)

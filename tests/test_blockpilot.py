@@ -1,0 +1,106 @@
+"""BlockPilot: features, per-sequence block sizes in one batch == each sequence alone, policy
+training, save/load."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specblock_jax as sbj
+from specblock_jax.drafters.blockpilot import (BlockPilotDrafter, PolicyConfig, choose, features,
+                                               init_policy, save_blockpilot)
+from specblock_jax.drafters.dflash import DFlashDrafter
+from specblock_jax.drafters.dflash_train import DFlashTask
+from specblock_jax.drafters.io import load_drafter, save_drafter
+from train.blockpilot import train_policy
+
+V = 8
+SIZES = (2, 3, 4)
+
+
+@pytest.fixture(scope="module")
+def target():
+    cfg = sbj.models.config.tiny(vocab_size=V, num_layers=4, eos_token_ids=())
+    t = sbj.init_target(cfg, seed=7)
+    params = dict(t.params)
+    params["lm_head"] = params["lm_head"] * 15.0
+    return t.replace(params=params)
+
+
+@pytest.fixture(scope="module")
+def pilot(target):
+    """A BlockPilot drafter with a random policy, and its params."""
+    task = DFlashTask({"num_layers": 2, "block_size": 4, "num_anchors": 3}, target)
+    dparams = jax.tree.map(lambda x: x * 4.0 if x.ndim >= 2 else x, task.init_params(jax.random.key(1)))
+    policy = PolicyConfig(SIZES, "topk", 4, V, 16)
+    graphdef, pparams = init_policy(policy, seed=3)
+    pparams = jax.tree.map(lambda x: x * 8.0, pparams)  # decisive random choices
+    pparams["std"] = jnp.ones_like(pparams["std"])
+    drafter = BlockPilotDrafter(DFlashDrafter(task.config, task.graphdef, block_size=4), policy, graphdef)
+    return task, drafter, {"dflash": task.decoding_drafter(dparams)[1], "policy": pparams}
+
+
+def test_topk_features_are_sorted_probabilities_and_entropy():
+    logits = jnp.asarray([[0.0, 2.0, 1.0, -1.0], [1.0, 1.0, 1.0, 1.0]])
+    f = np.asarray(features(logits, "topk", 2))
+    p = np.exp(np.asarray(logits)) / np.exp(np.asarray(logits)).sum(-1, keepdims=True)
+    np.testing.assert_allclose(f[:, :2], -np.sort(-p, axis=-1)[:, :2], rtol=1e-6)
+    np.testing.assert_allclose(f[:, 2], -(p * np.log(p)).sum(-1), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(features(logits, "full")), p, rtol=1e-6)
+
+
+def _prompts():
+    rng = np.random.default_rng(5)
+    return [rng.integers(0, V, rng.integers(2, 15)).tolist() for _ in range(10)]
+
+
+def test_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target, pilot):
+    task, drafter, params = pilot
+    prompts = _prompts()
+    logits = jnp.stack([sbj.forward(target, [p])[0, -1] for p in prompts])
+    chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits))
+    assert len(set(chosen.tolist())) >= 2  # the batch really mixes sizes
+    # sampled: same random streams per prompt, so a mixed batch must give each row's tokens exactly
+    kw = dict(temperature=1.0, max_new_tokens=16, seed=2)
+    mixed = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=len(prompts), **kw)
+    alone = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=1, **kw)
+    for m, a in zip(mixed, alone):
+        assert m.token_ids == a.token_ids and m.stats["tau"] == a.stats["tau"]
+    # greedy: each row drafts exactly as a DFlash drafter whose static block is that row's size
+    mixed = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=len(prompts), max_new_tokens=16)
+    size = max(set(chosen.tolist()), key=chosen.tolist().count)  # the largest group
+    rows = [i for i in range(len(prompts)) if chosen[i] == size]
+    fixed = DFlashDrafter(task.config, task.graphdef, block_size=int(size))
+    res = sbj.generate(target, [prompts[i] for i in rows], drafter=(fixed, params["dflash"]),
+                       batch_size=len(prompts), max_new_tokens=16)
+    assert [r.stats["tau"] for r in res] == [mixed[i].stats["tau"] for i in rows]
+    assert [r.token_ids for r in res] == [mixed[i].token_ids for i in rows]
+
+
+def test_policy_learns_a_separable_labelling():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 5)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 1).astype(np.int32)
+    c = PolicyConfig((10, 11, 12), "topk", 4, 0, 32)
+    graphdef, params, loss = train_policy(x, y, c, steps=150, lr=3e-3, dropout=0.1, seed=0)
+    from flax import nnx
+    pred = np.asarray(jnp.argmax(nnx.merge(graphdef, params)(jnp.asarray(x)), -1))
+    assert np.mean(pred == y) > 0.9 and loss < 0.4
+
+
+def test_save_and_load_round_trip(target, pilot, tmp_path):
+    task, drafter, params = pilot
+    save_drafter(drafter.dflash, params["dflash"]["draft"], tmp_path / "dflash", dtype="float32")
+    save_blockpilot(tmp_path / "bp", drafter.policy, params["policy"], "../dflash")
+    loaded, lp = load_drafter(tmp_path / "bp", target)
+    assert isinstance(loaded, BlockPilotDrafter) and loaded.policy == drafter.policy
+    assert loaded.num_nodes == max(SIZES)
+    for a, b in zip(jax.tree.leaves(params["policy"]), jax.tree.leaves(lp["policy"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for a, b in zip(jax.tree.leaves(params["dflash"]["draft"]), jax.tree.leaves(lp["dflash"]["draft"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    logits = jax.random.normal(jax.random.key(0), (6, V)) * 3
+    np.testing.assert_array_equal(choose(loaded.policy_graphdef, lp["policy"], loaded.policy, logits),
+                                  choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits))

@@ -1,0 +1,150 @@
+"""DFlash-style drafter: masks vs hand-written matrices, training/decoding agreement, greedy and
+sampled losslessness, training steps, save/load."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import specblock_jax as sbj
+from specblock_jax.drafters.base import Prefill
+from specblock_jax.drafters.dflash import DFlashDrafter
+from specblock_jax.drafters.dflash_train import DFlashTask, training_mask
+from specblock_jax.drafters.io import load_drafter, save_drafter
+from test_speculative import _chi_square_pvalue, _exact_pair_distribution
+
+V = 8
+
+
+@pytest.fixture(scope="module")
+def target():
+    cfg = sbj.models.config.tiny(vocab_size=V, num_layers=4, eos_token_ids=())
+    t = sbj.init_target(cfg, seed=7)
+    params = dict(t.params)
+    params["lm_head"] = params["lm_head"] * 15.0  # a non-uniform target distribution
+    return t.replace(params=params)
+
+
+@pytest.fixture(scope="module")
+def task(target):
+    return DFlashTask({"num_layers": 2, "block_size": 4, "num_anchors": 3, "mask_token_id": 3}, target)
+
+
+@pytest.fixture(scope="module")
+def params(task):
+    p = task.init_params(jax.random.key(1))
+    return jax.tree.map(lambda x: x * 4.0 if x.ndim >= 2 else x, p)  # peakier drafts
+
+
+def test_training_mask_matches_the_hand_written_matrix():
+    got = training_mask(jnp.asarray([[1, 2]]), jnp.asarray([[True, True]]), jnp.ones((1, 4), jnp.int32), 2)
+    want = [[1, 0, 0, 0, 1, 1, 0, 0],
+            [1, 0, 0, 0, 1, 1, 0, 0],
+            [1, 1, 0, 0, 0, 0, 1, 1],
+            [1, 1, 0, 0, 0, 0, 1, 1]]
+    np.testing.assert_array_equal(np.asarray(got[0], int), want)
+    # padding is never context, and an anchor that could not be drawn sees no context at all
+    got = training_mask(jnp.asarray([[3, 0]]), jnp.asarray([[True, False]]), jnp.asarray([[1, 0, 1, 1]]), 1)
+    np.testing.assert_array_equal(np.asarray(got[0], int), [[1, 0, 1, 0, 1, 0], [0, 0, 0, 0, 0, 1]])
+
+
+def test_decoding_mask_matches_the_hand_written_matrix(task):
+    drafter = DFlashDrafter(task.config, task.graphdef, block_size=3)
+    got = drafter.block_mask(jnp.asarray([3, 1]), jnp.asarray([3, 2]), 5)
+    # row 0: context slots 0-2, the whole block; row 1: context slot 0, block size 2
+    np.testing.assert_array_equal(np.asarray(got[0], int), [[1, 1, 1, 0, 0, 1, 1, 1]] * 3)
+    np.testing.assert_array_equal(np.asarray(got[1], int), [[1, 0, 0, 0, 0, 1, 1, 0]] * 3)
+
+
+def test_decoding_logits_equal_the_training_forward(target, task, params):
+    """The block drafted after a prefill == the training block anchored at the root's position."""
+    prefix, root = [5, 1, 7, 2, 6], 4
+    bundle = task.decoding_drafter(params)
+    drafter, dparams = bundle
+    seq = jnp.asarray([prefix + [root, 0, 0, 0, 0]])
+    logits, hidden = sbj.forward(target, seq, hidden_ids=task.config.feature_layers)
+    pre = Prefill(seq[:, :5], jnp.asarray([5]), hidden[:, :5], logits[:, 4], jnp.asarray([root]))
+    got = jax.jit(lambda dp, pre: drafter.draft_logits(dp, drafter.init_state(dp, pre, 24), pre.root))(
+        dparams, pre)  # [1, 3, V]
+
+    @jax.jit
+    def training_side(params, hidden):  # anchor p = 5 of a 10-token row
+        model = nnx.merge(task.graphdef, params)
+        ctx_kv = model.context_kv(model.context(hidden), jnp.arange(10)[None])
+        emb = jnp.take(target.params["embed_tokens"], jnp.asarray([[root, 3, 3, 3]]), axis=0)
+        mask = training_mask(jnp.asarray([[5]]), jnp.asarray([[True]]), jnp.ones((1, 10), jnp.int32), 4)
+        h = model.block(emb, jnp.asarray([[5, 6, 7, 8]]), ctx_kv, mask)
+        return jnp.einsum("bth,hv->btv", h[:, 1:], dparams["head"])
+
+    want = training_side(params, hidden)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4)
+
+
+def test_greedy_dflash_decoding_equals_autoregressive(target, task, params):
+    """Greedy and auto drafts, two block sizes, batch 1 and 4: output == target-only output."""
+    dparams = task.decoding_drafter(params)[1]
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, V, rng.integers(1, 17)).tolist() for _ in range(12)]
+    ar = sbj.generate(target, prompts, max_new_tokens=20, batch_size=4)
+    for mode, size, batch in (("greedy", 4, 4), ("auto", 3, 1)):
+        d = DFlashDrafter(task.config, task.graphdef, block_size=size, draft_mode=mode)
+        spec = sbj.generate(target, prompts, drafter=(d, dparams), max_new_tokens=20, batch_size=batch)
+        assert [s.token_ids for s in spec] == [a.token_ids for a in ar], (mode, size, batch)
+        assert np.mean([s.stats["tau"] for s in spec]) > 1.03  # some drafts are accepted (random drafter)
+
+
+@pytest.mark.parametrize("mode,temp,top_k,top_p", [("sample", 1.0, 0, 1.0), ("auto", 0.8, 6, 0.9)])
+def test_sampled_dflash_decoding_matches_the_target_distribution(target, task, params, mode, temp, top_k, top_p):
+    """The engine's distribution test (tests/test_speculative.py) with this drafter's sampled drafts."""
+    drafter = DFlashDrafter(task.config, task.graphdef, block_size=3, draft_mode=mode)
+    prompt, draws = [1, 2, 3], 6000
+    res = sbj.generate(target, [prompt] * draws, drafter=(drafter, task.decoding_drafter(params)[1]),
+                       temperature=temp, top_k=top_k, top_p=top_p, max_new_tokens=3, batch_size=1000, seed=11)
+    counts = np.zeros((V, V))
+    for r in res:
+        counts[r.token_ids[1], r.token_ids[2]] += 1
+    exact = _exact_pair_distribution(target, prompt, temp, top_k, top_p)
+    assert _chi_square_pvalue(counts, exact) > 1e-3
+    assert _chi_square_pvalue(counts, _exact_pair_distribution(target, prompt, temp * 1.25, top_k, top_p)) < 1e-6
+    if mode == "sample":  # sampled drafts really were accepted (auto starts with greedy drafts)
+        assert np.mean([r.stats["tau"] == 2 for r in res]) > 0.1
+
+
+def test_train_steps_reduce_the_loss_on_a_fixed_batch(task):
+    rng = np.random.default_rng(4)
+    tokens = jnp.asarray(rng.integers(0, V, (4, 24)), jnp.int32)
+    batch = {"tokens": tokens, "loss_mask": jnp.ones_like(tokens).at[:, :4].set(0).at[:, -1].set(0),
+             "attention_mask": jnp.ones_like(tokens)}
+    params = task.init_params(jax.random.key(0))
+    opt = optax.adam(3e-3)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state):
+        (loss, metrics), grads = jax.value_and_grad(task.loss_fn, has_aux=True)(
+            params, task.frozen(), batch, jax.random.key(0))  # fixed anchors
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss, metrics
+
+    losses = []
+    for _ in range(25):
+        params, state, loss, metrics = step(params, state)
+        losses.append(float(loss))
+    assert losses[-1] < 0.7 * losses[0]
+    assert set(metrics) == {"acc_1", "acc", "tau_est"} and 1 <= float(metrics["tau_est"]) <= 4
+
+
+def test_save_and_load_round_trip(target, task, params, tmp_path):
+    drafter, _ = task.decoding_drafter(params)
+    save_drafter(drafter, params, tmp_path, dtype="float32")
+    loaded, lp = load_drafter(tmp_path, target, block_size=3, draft_mode="sample")
+    assert (loaded.config, loaded.block_size, loaded.draft_mode) == (drafter.config, 3, "sample")
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(lp["draft"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    other = sbj.init_target(sbj.models.config.tiny(vocab_size=16), seed=0)
+    with pytest.raises(ValueError, match="drafter trained for vocab 8"):
+        load_drafter(tmp_path, other)

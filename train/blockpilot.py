@@ -1,0 +1,242 @@
+"""BlockPilot labels and policy training.
+
+    python -m train.blockpilot labels --dflash assets/drafters/dflash --prompts P.jsonl --out DIR \
+        [--sizes 12,14,16] [--skip N] [--limit N] [--max-new-tokens 64] [--temperature 0]
+    python -m train.blockpilot train --labels DIR --eval-labels DIR2 --out assets/drafters/blockpilot \
+        [--features topk|full] [--metric tau|speed]
+
+`labels` decodes every prompt with the DFlash drafter at each candidate block size (static size =
+the candidate, batched) and appends one line per prompt to DIR/size_<s>.jsonl: {"id", "tau",
+"forwards", "new_tokens"}. It also times one decoding step per size at batch 1 on the first
+`--cost-prompts` prompts (DIR/costs.json: ms per target forward, drafting included). Rerunning
+the same command resumes: prompts already written for a size are skipped.
+
+`train` reads the label folders; a prompt's oracle label is the size with the best mean
+acceptance length (`--metric tau`) or the best tau / step cost (`--metric speed`, the tokens/s a
+size would give at batch 1), ties to the smaller size. Features are computed from the target's
+prefill logits (`specblock_jax.drafters.blockpilot.features`); the MLP trains with AdamW and
+dropout on the train labels, reports accuracy against the oracle labels of `--eval-labels`
+(held-out prompts) and the mean tau the chosen sizes reach there, saves an orbax checkpoint in
+`--run-dir` and writes the BlockPilot drafter folder to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from tqdm import tqdm
+
+import specblock_jax as sbj
+from infer.decode import read_prompts
+from specblock_jax.decoding.generate import encode_prompts, length_bucket
+from specblock_jax.drafters.blockpilot import PolicyConfig, PolicyMLP, features, init_policy, save_blockpilot
+
+
+def _done(path: Path) -> set[str]:
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):  # a torn last line from a kill
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+    return {json.loads(line)["id"] for line in path.read_text().splitlines() if line.strip()}
+
+
+def make_labels(args) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = sbj.load_target(args.target)
+    records, _ = read_prompts(Path(args.prompts))
+    records = records[args.skip: args.skip + args.limit if args.limit else None]
+    sizes = [int(s) for s in args.sizes.split(",")]
+    costs_path = out / "costs.json"
+    costs = json.loads(costs_path.read_text()) if costs_path.exists() else {}
+    (out / "settings.json").write_text(json.dumps(vars(args), indent=2))
+    for size in sizes:
+        drafter = sbj.load_drafter(args.dflash, target, block_size=size)
+        path = out / f"size_{size}.jsonl"
+        todo = [r for r in records if r["id"] not in _done(path)]
+        chunk = args.batch_size * 4
+        bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=f"block {size}")
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            res = sbj.generate(target, [r["prompt"] for r in part], drafter=drafter,
+                               temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                               seed=args.seed, batch_size=args.batch_size)
+            with path.open("a") as f:
+                f.write("".join(json.dumps({"id": r["id"], "tau": g.stats["tau"],
+                                            "forwards": g.stats["target_forwards"],
+                                            "new_tokens": g.stats["new_tokens"]}) + "\n"
+                                for r, g in zip(part, res)))
+            bar.update(len(part))
+        bar.close()
+        if str(size) not in costs and args.cost_prompts:
+            few = [r["prompt"] for r in records[: args.cost_prompts]]
+            sbj.generate(target, few, drafter=drafter, max_new_tokens=args.max_new_tokens, batch_size=1)
+            res = sbj.generate(target, few, drafter=drafter, max_new_tokens=args.max_new_tokens, batch_size=1)
+            wall = sum(g.stats["total_time_s"] for g in res)
+            costs[str(size)] = 1000 * wall / sum(g.stats["target_forwards"] - 1 for g in res)
+            costs_path.write_text(json.dumps(costs, indent=2))
+    print(json.dumps(summarise(out), indent=2))
+
+
+def read_labels(folder: Path, metric: str = "tau") -> tuple[list[str], list[int], np.ndarray, list[int]]:
+    """(ids, sizes, tau [prompts, sizes], oracle label index per prompt) of a label folder."""
+    per_size = {int(p.stem.split("_")[1]): {json.loads(x)["id"]: json.loads(x)["tau"]
+                                             for x in p.read_text().splitlines() if x.strip()}
+                for p in folder.glob("size_*.jsonl")}
+    sizes = sorted(per_size)
+    ids = [i for i in per_size[sizes[0]] if all(i in per_size[s] for s in sizes)]
+    tau = np.asarray([[per_size[s][i] or 1.0 for s in sizes] for i in ids], np.float64)
+    score = tau
+    if metric == "speed":
+        costs = json.loads((folder / "costs.json").read_text())
+        score = tau / np.asarray([costs[str(s)] for s in sizes])
+    return ids, sizes, tau, np.argmax(score, axis=1).tolist()  # argmax: ties -> smaller size
+
+
+def summarise(folder: Path) -> dict:
+    out = {}
+    for metric in ("tau", "speed"):
+        if metric == "speed" and not (folder / "costs.json").exists():
+            continue
+        ids, sizes, tau, labels = read_labels(folder, metric)
+        out[metric] = {"prompts": len(ids), "label_counts": {s: labels.count(i) for i, s in enumerate(sizes)}}
+    out["mean_tau"] = {s: float(tau[:, i].mean()) for i, s in enumerate(sizes)}
+    out["oracle_mean_tau"] = float(tau.max(1).mean())
+    if (folder / "costs.json").exists():
+        out["ms_per_step_batch1"] = json.loads((folder / "costs.json").read_text())
+    return out
+
+
+def prefill_features(target, prompts: dict[str, str], ids: list[str], kind: str, top_k: int) -> np.ndarray:
+    """[len(ids), F] features of the target's next-token distribution after each prompt."""
+    toks = encode_prompts(target, [prompts[i] for i in ids])
+    out = []
+    for start in range(0, len(toks), 32):
+        part = toks[start:start + 32]
+        width = length_bucket(max(len(t) for t in part))
+        arr = np.zeros((len(part), width), np.int32)
+        mask = np.zeros_like(arr)
+        for r, t in enumerate(part):
+            arr[r, :len(t)], mask[r, :len(t)] = t, 1
+        logits = sbj.forward(target, arr, mask)
+        last = jnp.asarray([len(t) - 1 for t in part])
+        out.append(np.asarray(features(logits[jnp.arange(len(part)), last], kind, top_k)))
+    return np.concatenate(out)
+
+
+def train_policy(x, y, c: PolicyConfig, steps: int, lr: float, dropout: float, seed: int):
+    graphdef, params = init_policy(c, seed)
+    params["mean"] = jnp.asarray(x.mean(0))
+    params["std"] = jnp.asarray(x.std(0) + 1e-6)
+    frozen = {"mean": params.pop("mean"), "std": params.pop("std")}
+    tx = optax.adamw(lr, weight_decay=0.05)
+    opt = tx.init(params)
+    xs, ys = jnp.asarray(x), jnp.asarray(y)
+
+    @jax.jit
+    def step(params, opt, key):
+        def loss_fn(p):
+            logits = nnx.merge(graphdef, {**p, **frozen})(xs, dropout, key)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, ys).mean()
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt = tx.update(grads, opt, params)
+        return optax.apply_updates(params, updates), opt, loss
+
+    for i in range(steps):
+        params, opt, loss = step(params, opt, jax.random.key(seed * 100003 + i))
+    return graphdef, {**params, **frozen}, float(loss)
+
+
+def evaluate(graphdef, params, x, labels, tau) -> dict:
+    pred = np.asarray(jnp.argmax(nnx.merge(graphdef, params)(jnp.asarray(x)), -1))
+    chosen = tau[np.arange(len(pred)), pred]
+    return {"accuracy": float(np.mean(pred == np.asarray(labels))), "mean_tau_chosen": float(chosen.mean()),
+            "mean_tau_oracle": float(tau.max(1).mean()),
+            "mean_tau_fixed": [float(v) for v in tau.mean(0)],
+            "majority_accuracy": float(np.mean(np.asarray(labels) == np.bincount(labels).argmax())),
+            "predicted_counts": np.bincount(pred, minlength=tau.shape[1]).tolist()}
+
+
+def train_cmd(args) -> None:
+    import orbax.checkpoint as ocp
+
+    target = sbj.load_target(args.target)
+    folders = {"train": Path(args.labels), "eval": Path(args.eval_labels)}
+    data = {}
+    for split, folder in folders.items():
+        ids, sizes, tau, labels = read_labels(folder, args.metric)
+        settings = json.loads((folder / "settings.json").read_text())
+        recs, _ = read_prompts(Path(settings["prompts"]))
+        prompts = {r["id"]: r["prompt"] for r in recs}
+        data[split] = (prefill_features(target, prompts, ids, args.features, args.top_k), labels, tau, sizes)
+    sizes = data["train"][3]
+    if data["eval"][3] != sizes:
+        raise SystemExit(f"eval labels have sizes {data['eval'][3]}, train labels {sizes}")
+    c = PolicyConfig(tuple(sizes), args.features, args.top_k, target.config.vocab_size, args.width)
+    t0 = time.perf_counter()
+    graphdef, params, loss = train_policy(data["train"][0], np.asarray(data["train"][1]), c, args.steps,
+                                          args.lr, args.dropout, args.seed)
+    report = {"policy": dataclasses.asdict(c), "metric": args.metric, "train_loss": loss,
+              "train_s": time.perf_counter() - t0,
+              "train": evaluate(graphdef, params, *data["train"][:3]),
+              "heldout": evaluate(graphdef, params, *data["eval"][:3])}
+    run_dir = Path(args.run_dir).absolute()
+    ckpt = ocp.StandardCheckpointer()
+    ckpt.save(run_dir / f"policy_{args.features}_{args.metric}", params, force=True)
+    ckpt.wait_until_finished()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / f"report_{args.features}_{args.metric}.json").write_text(json.dumps(report, indent=2))
+    if args.out:
+        save_blockpilot(args.out, c, params, args.dflash_dir)
+        (Path(args.out) / "report.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m train.blockpilot", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    lab = sub.add_parser("labels")
+    lab.add_argument("--target", default="assets/target")
+    lab.add_argument("--dflash", default="assets/drafters/dflash")
+    lab.add_argument("--prompts", required=True)
+    lab.add_argument("--out", required=True)
+    lab.add_argument("--sizes", default="14,15,16,17,18")
+    lab.add_argument("--skip", type=int, default=0)
+    lab.add_argument("--limit", type=int, default=0)
+    lab.add_argument("--max-new-tokens", type=int, default=64)
+    lab.add_argument("--temperature", type=float, default=0.0)
+    lab.add_argument("--batch-size", type=int, default=16)
+    lab.add_argument("--cost-prompts", type=int, default=8)
+    lab.add_argument("--seed", type=int, default=0)
+    tr = sub.add_parser("train")
+    tr.add_argument("--target", default="assets/target")
+    tr.add_argument("--labels", required=True)
+    tr.add_argument("--eval-labels", required=True)
+    tr.add_argument("--features", default="topk", choices=("topk", "full"))
+    tr.add_argument("--top-k", type=int, default=32)
+    tr.add_argument("--metric", default="tau", choices=("tau", "speed"))
+    tr.add_argument("--width", type=int, default=256)
+    tr.add_argument("--steps", type=int, default=400)
+    tr.add_argument("--lr", type=float, default=1e-3)
+    tr.add_argument("--dropout", type=float, default=0.2)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--run-dir", default="runs/dflash_blockpilot")
+    tr.add_argument("--out", default="")
+    tr.add_argument("--dflash-dir", default="../dflash")
+    args = p.parse_args(argv)
+    make_labels(args) if args.cmd == "labels" else train_cmd(args)
+
+
+if __name__ == "__main__":
+    main()
