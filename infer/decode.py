@@ -6,6 +6,13 @@ Input: one `{"id", "prompt"}` per line, optionally with per-record `max_new_toke
 or overlong prompt, duplicate id). Each line is appended with a single write as soon as its batch
 finishes, so a killed job loses only the batch in flight; rerunning the same command skips every
 record already written (resume) and cuts off a torn last line.
+
+Scale-out: `--mesh data=4,model=2` splits each batch over the data axis and the target (and its
+KV cache) over the model axis. Multi-host (`--coordinator/--num-processes/--process-id`, the
+SBJ_* environment, or `--distributed` on a TPU pod / SLURM): every host reads the prompt file,
+takes its share of the records (every process_count-th), decodes it in lockstep with the others
+and writes `<out stem>.process<i>-of-<n><suffix>` (process 0 also writes the error records);
+`cat` the per-host files for the whole result (docs/scale_out.md).
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ import sys
 import time
 from pathlib import Path
 
+import jax
 from tqdm import tqdm
 
 import specblock_jax as sbj
+from specblock_jax import parallel
 from specblock_jax.decoding.generate import encode_prompts
 
 log = logging.getLogger("specblock-decode")
@@ -183,21 +192,52 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--limit", type=int, default=None, help="decode only the first N records")
+    p.add_argument("--mesh", default=None,
+                   help="device mesh, e.g. data=4,model=2 (batch over data, target over model); "
+                        "default: one device (several processes: data=-1 over all devices)")
+    parallel.distributed.add_flags(p)
     return p.parse_args(argv)
+
+
+def host_out_path(out: Path) -> Path:
+    """This process's result file: `out` itself for one process, else
+    <stem>.process<i>-of-<n><suffix>."""
+    if jax.process_count() == 1:
+        return out
+    return out.with_name(f"{out.stem}.process{jax.process_index():03d}-of-"
+                         f"{jax.process_count():03d}{out.suffix}")
 
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
+    parallel.distributed.initialize_from_args(args)  # before any other JAX call
     if not args.prompts.exists():
         raise SystemExit(f"{args.prompts}: prompt file not found")
     check_method(args.method)
+    mesh = None
+    if args.mesh or jax.process_count() > 1:
+        try:
+            mesh = parallel.make_mesh(args.mesh or "data=-1,model=1")
+        except ValueError as e:
+            raise SystemExit(f"--mesh: {e}") from None
+        log.info("mesh %s over %d devices, %d processes", parallel.mesh_str(mesh),
+                 jax.device_count(), jax.process_count())
     target = load_target(args)
     drafter = resolve_method(args.method, target)
+    if mesh is not None:  # lay the weights out once (generate then finds them in place)
+        plan = parallel.ShardingPlan(mesh)
+        target = target.replace(params=plan.put(target.params))
+        if isinstance(drafter, tuple):
+            drafter = (drafter[0], plan.put(drafter[1]))
     records, errors = read_prompts(args.prompts)
     if args.limit and len(records) > args.limit:  # the first N records and the errors among them
         cutoff = records[args.limit]["line"]
         records, errors = records[: args.limit], [e for e in errors if e["line"] < cutoff]
+    if jax.process_count() > 1:  # this host's share; process 0 reports the error records
+        records = parallel.host_shard(records)
+        errors = errors if jax.process_index() == 0 else []
+    args.out = host_out_path(args.out)
     finished = done_keys(args.out)
     limit = target.config.max_position_embeddings
     todo = []
@@ -222,15 +262,21 @@ def main(argv=None) -> int:
              len(finished & {r["key"] for r in records}), len(new_errors))
     todo.sort(key=lambda x: x[0])  # similar lengths share a batch and a length bucket
     tokens, run_s, compile_s = 0, 0.0, 0.0
+    num_batches = -(-len(todo) // args.batch_size)
+    if mesh is not None:  # hosts run the same number of generate calls (lockstep)
+        num_batches = parallel.host_max([num_batches])[0]
     with tqdm(total=len(todo), desc=f"decode ({args.method})", unit="rec") as bar:
-        for start in range(0, len(todo), args.batch_size):
+        for start in range(0, num_batches * args.batch_size, args.batch_size):
             batch = [rec for _, rec in todo[start:start + args.batch_size]]
             t0 = time.perf_counter()
             results = sbj.generate(
                 target, [r["prompt"] for r in batch], drafter=drafter,
                 temperature=[r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p,
                 max_new_tokens=[r["budget"] for r in batch], seed=args.seed, batch_size=args.batch_size,
+                mesh=mesh,
             )
+            if not results:  # a host past its share, keeping step with the others
+                continue
             compile_s += results[0].stats["compile_s"]
             run_s += time.perf_counter() - t0 - results[0].stats["compile_s"]
             for rec, res in zip(batch, results):

@@ -15,6 +15,12 @@ each typed like the value it replaces; an unknown key is refused. The run:
      ({"id", "prompt"} per line) if set, else the distinct prompts of the regen validation split;
   4. builds the task with `TASKS[kind](cfg, target)` and runs `trainer.train` (resumable: rerun
      the same command after an interruption).
+
+`--mesh data=4,model=2` runs the drafter's train step sharded (FSDP + tensor parallel, batch over
+"data"); checkpoints restore onto any mesh shape. Multi-host: `--coordinator/--num-processes/
+--process-id` (or SBJ_* environment, or `--distributed` for auto-detection); `batch_size` is then
+the global batch and each host reads every process_count-th training example
+(docs/scale_out.md).
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ from typing import Any, Sequence
 
 import yaml
 
+import jax
+
 import specblock_jax as sbj
 from infer.decode import read_prompts
+from specblock_jax import parallel
 from specblock_jax.training.regen_dataset import BatchIterator, build_tfds
 from specblock_jax.training.task import load_builtin_tasks
 from specblock_jax.training.trainer import TRAINER_DEFAULTS, train
@@ -105,28 +114,37 @@ def eval_prompt_list(cfg: dict[str, Any], sources: dict[str, Any]) -> list[str |
     return prompts
 
 
-def train_drafter(kind: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Loads the target and data of `cfg`, builds `TASKS[kind]` and trains it; the summary."""
+def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str, Any]:
+    """Loads the target and data of `cfg`, builds `TASKS[kind]` and trains it; the summary.
+    mesh: None (one device) or a `jax.sharding.Mesh` (see `specblock_jax.parallel`)."""
     tasks = load_builtin_tasks()
     if kind not in tasks:
         raise ValueError(f"unknown drafter kind {kind!r} (registered: {sorted(tasks)})")
     cfg = resolve_paths(cfg, kind)
     target = sbj.load_target(cfg["target_dir"], dtype=cfg["target_dtype"] or None)
+    hosts = jax.process_count()
+    if hosts > 1 and cfg["batch_size"] % hosts:
+        raise ValueError(f"batch_size={cfg['batch_size']} (the global batch) does not split over "
+                         f"{hosts} processes")
+    if jax.process_index() != 0:  # process 0 builds the TFDS data first (shared file systems)
+        parallel.sync("specblock-train-tfds")
     sources = build_tfds(cfg["regen_dir"], cfg["tfds_dir"]).as_data_source()
+    if jax.process_index() == 0:
+        parallel.sync("specblock-train-tfds")
     if "train" not in sources:
         raise ValueError(f"regen_dir {cfg['regen_dir']}: the data has no train split")
-    train_source = sources["train"]
+    train_source = sources["train"] if hosts == 1 else parallel.HostShard(sources["train"])
     prompts = eval_prompt_list(cfg, sources)
 
     def data_iter_factory(state: dict[str, int] | None) -> BatchIterator:
-        return BatchIterator(train_source, batch_size=cfg["batch_size"], max_len=cfg["max_len"],
-                             seed=cfg["seed"], state=state)
+        return BatchIterator(train_source, batch_size=cfg["batch_size"] // hosts,
+                             max_len=cfg["max_len"], seed=cfg["seed"], state=state)
 
     print(json.dumps(cfg))
     print(f"{kind}: {len(train_source):,} training examples, {len(prompts)} evaluation prompts, "
           f"run dir {cfg['run_dir']}")
     task = tasks[kind](cfg, target)
-    return train(task, cfg, target, data_iter_factory, prompts)
+    return train(task, cfg, target, data_iter_factory, prompts, mesh=mesh)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -137,9 +155,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("kind", help=f"what to train: {' | '.join(kinds)}")
     parser.add_argument("--config", required=True, help="YAML config (configs/<...>/*.yaml)")
     parser.add_argument("overrides", nargs="*", help="key=value settings overriding the config")
+    parser.add_argument("--mesh", default=None,
+                        help="device mesh for a drafter run, e.g. data=4,model=2 (default: one "
+                             "device; several processes: data=-1 over all devices)")
+    parallel.distributed.add_flags(parser)
     args = parser.parse_intermixed_args(argv)
     if args.kind not in kinds:
         parser.error(f"unknown kind {args.kind!r}: choose from {', '.join(kinds)}")
+    parallel.distributed.initialize_from_args(args)  # before any other JAX call
+    if args.kind == "target" and (args.mesh or jax.process_count() > 1):
+        parser.error("--mesh and multi-host runs apply to drafter kinds; the target trainer "
+                     "(train/train_target.py) runs on one device")
+    mesh = None
+    if args.mesh or jax.process_count() > 1:
+        try:
+            mesh = parallel.make_mesh(args.mesh or "data=-1,model=1")
+        except ValueError as e:
+            parser.error(f"--mesh: {e}")
     if args.kind == "target":
         train_target.main(["--config", args.config, *args.overrides])
         return
@@ -149,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = load_drafter_config(args.config, args.overrides)
     except ValueError as e:
         parser.error(str(e))
-    summary = train_drafter(args.kind, cfg)
+    summary = train_drafter(args.kind, cfg, mesh=mesh)
     print(json.dumps({k: summary[k] for k in ("steps", "stop_reason", "eval_tau_mean",
                                               "eval_tau_median", "out_dir")}))
 

@@ -212,8 +212,8 @@ def put_array(x: Any, sharding: NamedSharding) -> jax.Array:
     """`x` (numpy or jax, full value on every process) as a global array with `sharding`."""
     if isinstance(x, jax.Array) and x.sharding == sharding:
         return x
-    if jax.process_count() == 1:
-        return jax.device_put(x, sharding)
+    if jax.process_count() == 1 or (isinstance(x, jax.Array) and not x.is_fully_addressable):
+        return jax.device_put(x, sharding)  # (a global array is resharded across processes)
     host = np.asarray(jax.device_get(x)) if isinstance(x, jax.Array) else np.asarray(x)
     return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 

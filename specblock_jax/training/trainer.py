@@ -353,14 +353,15 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
     if mesh is not None:
         params = parallel.fetch(params)  # numpy on every host (all-gathered)
         parallel.sync("specblock-train-end")
-    if not primary:
-        return {"steps": step, "stop_reason": stop_reason, "elapsed_s": elapsed}
-    task.export(params, cfg["out_dir"])
-    return _write_summary(cfg, step, stop_reason, elapsed, tokens_seen, _read_log(log_path))
+    if primary:
+        task.export(params, cfg["out_dir"])
+    parallel.sync("specblock-train-exported")  # (a no-op for one process)
+    return _write_summary(cfg, step, stop_reason, elapsed, tokens_seen, _read_log(log_path),
+                          write=primary)
 
 
 def _write_summary(cfg: dict[str, Any], step: int, stop_reason: str, elapsed: float,
-                   tokens_seen: int, records: list[dict]) -> dict[str, Any]:
+                   tokens_seen: int, records: list[dict], write: bool = True) -> dict[str, Any]:
     evals = [r for r in records if "eval_tau_mean" in r]
     last_eval = evals[-1] if evals and evals[-1]["step"] == step else {}
     summary = {
@@ -373,5 +374,6 @@ def _write_summary(cfg: dict[str, Any], step: int, stop_reason: str, elapsed: fl
                          for r in evals],
         "run_dir": cfg["run_dir"], "out_dir": cfg["out_dir"], "config": cfg,
     }
-    Path(cfg["run_dir"], "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    if write:
+        Path(cfg["run_dir"], "summary.json").write_text(json.dumps(summary, indent=2, default=str))
     return summary
