@@ -84,6 +84,34 @@ def test_decoding_logits_equal_the_training_forward(target, task, params):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4)
 
 
+def test_update_appends_the_context_a_prefill_would_give(target, task, params):
+    """Prefill 5 tokens, accept root + 2 drafts: the next block's logits equal those after a prefill
+    of all 8 committed tokens."""
+    from specblock_jax.drafters.base import DraftContext
+    from specblock_jax.spec.verify import VerifyResult
+
+    drafter, dparams = task.decoding_drafter(params)
+    seq = jnp.asarray([[5, 1, 7, 2, 6, 4, 0, 2, 3]])  # prompt (5), root 4, drafts 0 2, bonus 3
+    logits, hidden = sbj.forward(target, seq, hidden_ids=drafter.hidden_ids)
+
+    def prefill(n):
+        return Prefill(seq[:, :n], jnp.asarray([n]), hidden[:, :n], logits[:, n - 1], seq[:, n])
+
+    @jax.jit
+    def stepped(dp):
+        state = drafter.init_state(dp, prefill(5), 24)
+        result = VerifyResult(jnp.asarray([[0, 1, 2, 0]]), jnp.asarray([2]), jnp.asarray([3]),
+                              jnp.asarray([[0, 2, 3, -1]]))
+        ctx = DraftContext(jnp.zeros((1, 24), jnp.int32), jnp.asarray([9]), jnp.asarray([3]), jnp.asarray([8]))
+        state = drafter.update(dp, state, ctx, result, hidden[:, 5:9])
+        return drafter.draft_logits(dp, state, jnp.asarray([3])), state["length"]
+
+    got, length = stepped(dparams)
+    want = jax.jit(lambda dp: drafter.draft_logits(dp, drafter.init_state(dp, prefill(8), 24), seq[:, 8]))(dparams)
+    assert int(length[0]) == 8
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4)
+
+
 def test_greedy_dflash_decoding_equals_autoregressive(target, task, params):
     """Greedy and auto drafts, two block sizes, batch 1 and 4: output == target-only output."""
     dparams = task.decoding_drafter(params)[1]

@@ -1,5 +1,6 @@
 """BlockPilot labels and policy training.
 
+    python -m train.blockpilot labels|train --config configs/drafters/blockpilot.yaml [--key value ...]
     python -m train.blockpilot labels --dflash assets/drafters/dflash --prompts P.jsonl --out DIR \
         [--sizes 12,14,16] [--skip N] [--limit N] [--max-new-tokens 64] [--temperature 0]
     python -m train.blockpilot train --labels DIR --eval-labels DIR2 --out assets/drafters/blockpilot \
@@ -234,7 +235,20 @@ def main(argv=None) -> None:
     tr.add_argument("--run-dir", default="runs/dflash_blockpilot")
     tr.add_argument("--out", default="")
     tr.add_argument("--dflash-dir", default="../dflash")
-    args = p.parse_args(argv)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", default="")
+    known, rest = pre.parse_known_args(argv)
+    if known.config:  # YAML defaults per subcommand ({"labels": {...}, "train": {...}})
+        import yaml
+
+        cfg = yaml.safe_load(Path(known.config).read_text()) or {}
+        for name, sp in (("labels", lab), ("train", tr)):
+            sp.set_defaults(**{k.replace("-", "_"): v for k, v in (cfg.get(name) or {}).items()})
+        for sp in (lab, tr):
+            for action in sp._actions:
+                if action.required and action.dest in (cfg.get(sp.prog.split()[-1]) or {}):
+                    action.required = False
+    args = p.parse_args(rest)
     make_labels(args) if args.cmd == "labels" else train_cmd(args)
 
 
