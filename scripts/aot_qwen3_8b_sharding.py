@@ -1,7 +1,7 @@
 """AOT lowering (and optionally compilation) of the sharded EAGLE-3 train step for a Qwen3-8B
 target on a 32-way data x 8-way model mesh, on CPU with 256 simulated devices and no weights.
 
-    python scripts/aot_qwen3_8b_sharding.py [--compile] [--batch 256] [--seq 2048] [--out F.json]
+    python scripts/aot_qwen3_8b_sharding.py [--compile] [--batch 32] [--seq 2048] [--fsdp all] [--out F.json]
 
 Everything is abstract (jax.ShapeDtypeStruct with shardings): nothing is allocated. Prints the
 per-device bytes of the trainable drafter params, the AdamW state and the frozen target params
@@ -12,6 +12,7 @@ over "model"), and with --compile XLA's per-device memory analysis of the step.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -38,10 +39,13 @@ from specblock_jax.training.trainer import make_optimizer, train_step_fn, with_d
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batch", type=int, default=256, help="global batch (rows)")
+    ap.add_argument("--batch", type=int, default=32, help="global batch (rows)")
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--compile", action="store_true", help="also compile (slow) and report memory")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--fsdp", choices=("all", "trainable", "none"), default="all",
+                    help="FSDP-split every parameter, only the drafter's (and its optimizer "
+                         "state), or none")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     cfg = sbj.models.config.qwen3_8b()
@@ -50,8 +54,12 @@ def main(argv=None) -> dict:
     task = Eagle3Task({"ttt_steps": 7}, target)
     _, drafter = abstract_eagle3(task.config)  # what task.init_params returns, abstractly
     tx, _ = make_optimizer(with_defaults({"run_dir": "x", "out_dir": "x"}))
-    plan = parallel.ShardingPlan(parallel.make_mesh(f"data={DATA},model={MODEL}"), fsdp=True)
+    mesh = parallel.make_mesh(f"data={DATA},model={MODEL}")
+    plan = parallel.ShardingPlan(mesh, fsdp=args.fsdp != "none")
     layout = TrainLayout.make(plan, tx, drafter, abstract_params)
+    if args.fsdp == "trainable":  # the frozen target tensor-parallel only
+        layout = dataclasses.replace(
+            layout, frozen=parallel.ShardingPlan(mesh).param_shardings(abstract_params))
     opt = jax.eval_shape(tx.init, drafter)
 
     def sds(tree, shardings):
@@ -69,7 +77,7 @@ def main(argv=None) -> dict:
     per_device = layout.bytes_per_device(drafter, opt, abstract_params)
     gib = 2**30
     report = {
-        "mesh": parallel.mesh_str(plan.mesh), "devices": jax.device_count(),
+        "mesh": parallel.mesh_str(plan.mesh), "devices": jax.device_count(), "fsdp": args.fsdp,
         "target": "qwen3-8b", "target_params": sbj.models.target.count_params(abstract_params),
         "drafter_params": sbj.models.target.count_params(drafter),
         "dtype": cfg.dtype, "global_batch": [args.batch, args.seq],

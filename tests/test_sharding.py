@@ -63,7 +63,7 @@ def test_param_rules_split_heads_mlp_vocab_and_fsdp():
     assert specs[attn + "q_bias"] == ("model", None)
     assert specs["layers/0/mlp/gate_proj"] == ("data", "model")  # [H, F]
     assert specs["layers/0/mlp/down_proj"] == ("model", "data")  # [F, H]
-    assert specs["embed_tokens"] == ("model", "data")  # [V, H]
+    assert specs["embed_tokens"] == ("model", None)  # [V, H]: gathered from, never FSDP
     assert specs["lm_head"] == ("data", "model")  # [H, V]
     assert specs["norm/weight"] == (None,)
     # decoding: no FSDP (weights replicated across data groups), tensor parallel kept

@@ -14,7 +14,10 @@ Logical axes name what a dimension *is*; `LOGICAL_TO_MESH` says which mesh axis 
     head_dim, seq, anything else -> replicated
 A dimension is split only when its size divides by the mesh axis size (else it is replicated:
 e.g. 2 kv heads on a 4-way model axis), and an FSDP split is skipped for parameters smaller than
-`fsdp_min_size` elements. Parameter rules match the '/'-joined key path of a leaf (regexes over
+`fsdp_min_size` elements. Embedding tables [V, H] are split over the vocabulary only, never FSDP:
+a token gather from a table whose H is split over "data" hands its layout to the activations,
+which then lose their batch split (the Qwen3-8B train step on a 32x8 mesh needed 1.5 TB of
+temporaries per device that way, 84 GB without; docs/scale_out.md). Parameter rules match the '/'-joined key path of a leaf (regexes over
 the last keys, so optimizer states, whose paths end with the parameter's path, get the same
 sharding as their parameter); unmatched leaves (norm weights, scalars) are replicated.
 
@@ -37,7 +40,7 @@ AXES = ("data", "model")
 
 # Parameter leaves: regex on the '/'-joined key path -> logical axes of each dimension.
 PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
-    (r"(^|/)(embed_tokens|embed)$", ("vocab", "embed")),
+    (r"(^|/)(embed_tokens|embed)$", ("vocab", None)),  # never FSDP: see above
     (r"(^|/)lm_head$", ("embed", "vocab")),
     (r"(^|/)q_proj$", ("embed", "heads", "head_dim")),
     (r"(^|/)(k_proj|v_proj)$", ("embed", "kv_heads", "head_dim")),
