@@ -59,10 +59,9 @@ def launch_pair(module: str, args: list[str], logs: Path, name: str) -> float:
     seconds = time.perf_counter() - start
     for pid in range(2):
         lines = (logs / f"{name}.process{pid}.log").read_text().splitlines()
-        keep = [ln for ln in lines if not any(s in ln for s in ("it/s]", "s/it]", "rec/s]", "step/s]",
-                                                                   "Gloo", "WARNING: All log"))]
-        print(f"--- {name} process {pid} (exit {codes[pid]}), last lines:")
-        print("\n".join("    " + ln[:200] for ln in keep[-8:]))
+        keep = [ln for ln in lines if ln.strip() and not any(s in ln for s in ("%|", "Gloo"))]
+        print(f"--- {name} process {pid} (exit {codes[pid]}), last lines (progress bars left out):")
+        print("\n".join("    " + ln[:160] for ln in keep[-4:]))
     if any(codes):
         raise SystemExit(f"{name}: a process failed; logs in {logs}")
     return seconds
