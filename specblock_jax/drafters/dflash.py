@@ -250,12 +250,19 @@ class DFlashDrafter:
         if self.draft_mode == "greedy":  # deterministic drafts: q is one-hot (draft_probs None)
             tokens = jnp.concatenate([ctx.root[:, None], greedy_tok], axis=1)
             return DraftTree(tokens, chain_parents(b, n), valid), state
-        scaled = logits / self.draft_temperature
-        drawn = jax.vmap(lambda k, lg: jax.random.categorical(k, lg, axis=-1))(key, scaled)
         sample = state["sampled"] if self.draft_mode == "auto" else jnp.ones((b,), bool)
-        tokens = jnp.where(sample[:, None], drawn, greedy_tok).astype(jnp.int32)
-        probs = jnp.where(sample[:, None, None], jax.nn.softmax(scaled, -1),
-                          jax.nn.one_hot(tokens, v, dtype=jnp.float32))
+
+        def sampled(_):
+            scaled = logits / self.draft_temperature
+            drawn = jax.vmap(lambda k, lg: jax.random.categorical(k, lg, axis=-1))(key, scaled)
+            tokens = jnp.where(sample[:, None], drawn, greedy_tok).astype(jnp.int32)
+            return tokens, jnp.where(sample[:, None, None], jax.nn.softmax(scaled, -1),
+                                     jax.nn.one_hot(tokens, v, dtype=jnp.float32))
+
+        def greedy(_):  # no row samples (auto mode at T=0): skip the vocabulary-wide draws
+            return greedy_tok, jax.nn.one_hot(greedy_tok, v, dtype=jnp.float32)
+
+        tokens, probs = jax.lax.cond(jnp.any(sample), sampled, greedy, None)
         tokens = jnp.concatenate([ctx.root[:, None], tokens], axis=1)
         probs = jnp.concatenate([jnp.zeros((b, 1, v), jnp.float32), probs], axis=1)
         return DraftTree(tokens, chain_parents(b, n), valid, probs), state
