@@ -127,6 +127,20 @@ def test_initialize_without_a_cluster_is_a_no_op(monkeypatch):
         parallel.initialize(coordinator="localhost:1234")
 
 
+def test_cli_mesh_errors_are_clear(tmp_path, capsys):
+    from infer import decode
+    from train import cli
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "def f():"}\n')
+    with pytest.raises(SystemExit, match="--mesh: mesh 'data=2,model=2' needs 4 devices"):
+        decode.main(["--prompts", str(prompts), "--out", str(tmp_path / "o.jsonl"),
+                     "--random-target", "--mesh", "data=2,model=2"])
+    with pytest.raises(SystemExit):
+        cli.main(["target", "--config", "configs/target/reference.yaml", "--mesh", "data=1"])
+    assert "the target trainer" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ 8 simulated devices
 
 @pytest.fixture(scope="module")

@@ -324,6 +324,8 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
             break
         n_tokens = int(np.sum(batch["attention_mask"])) if "attention_mask" in batch else int(
             np.size(batch["tokens"]))
+        if mesh is not None and jax.process_count() > 1:  # every host's rows of the global batch
+            n_tokens = parallel.host_sum([n_tokens])[0]
         params, opt_state, metrics = train_step(params, opt_state, frozen, batch,
                                                 jax.random.fold_in(base_key, step))
         step += 1
