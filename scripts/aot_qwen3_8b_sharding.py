@@ -1,7 +1,8 @@
 """AOT lowering (and optionally compilation) of the sharded EAGLE-3 train step for a Qwen3-8B
 target on a 32-way data x 8-way model mesh, on CPU with 256 simulated devices and no weights.
 
-    python scripts/aot_qwen3_8b_sharding.py [--compile] [--batch 32] [--seq 2048] [--fsdp all] [--out F.json]
+    python scripts/aot_qwen3_8b_sharding.py [--compile] [--batch 32] [--seq 2048] [--fsdp all] [--decode]
+                                            [--out F.json]
 
 Everything is abstract (jax.ShapeDtypeStruct with shardings): nothing is allocated. Prints the
 per-device bytes of the trainable drafter params, the AdamW state and the frozen target params
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 import time
@@ -43,6 +45,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--compile", action="store_true", help="also compile (slow) and report memory")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--decode", action="store_true",
+                    help="also lower target-only batch decoding (batch 256, prompts 1024, 1024 new)")
     ap.add_argument("--fsdp", choices=("all", "trainable", "none"), default="all",
                     help="FSDP-split every parameter, only the drafter's (and its optimizer "
                          "state), or none")
@@ -96,10 +100,52 @@ def main(argv=None) -> dict:
                 k: int(getattr(mem, k)) for k in ("argument_size_in_bytes", "output_size_in_bytes",
                                                   "temp_size_in_bytes", "alias_size_in_bytes")
                 if hasattr(mem, k)}
+    if args.decode:
+        report["decode"] = decode_report(256, 1024, 1024, args.compile)
     print(json.dumps(report, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     return report
+
+
+def decode_report(batch: int, prompt: int, max_new: int, compile_: bool) -> dict:
+    """Lowers target-only batch decoding (the `generate` loop, as `run_sharded` runs it) of
+    Qwen3-8B on the same mesh with the decoding plan: weights tensor-parallel over "model" and
+    replicated across the 32 data groups, KV cache [B, S, K, D] split (data, -, model, -)."""
+    from specblock_jax.decoding.generate import _ar_loop, cache_length
+    from specblock_jax.decoding.sampling import SamplingParams
+    from specblock_jax.models.kv_cache import init_cache
+    from specblock_jax.parallel.decoding import run_sharded
+
+    t0 = time.perf_counter()
+    cfg = sbj.models.config.qwen3_8b()
+    graphdef, params = abstract_target(cfg)
+    plan = parallel.ShardingPlan(parallel.make_mesh(f"data={DATA},model={MODEL}"))
+    psh = plan.param_shardings(params)
+    cache_len = cache_length(prompt, max_new)
+    cache = jax.eval_shape(lambda: init_cache(cfg, batch, cache_len))
+    rows = lambda shape, dt: jax.ShapeDtypeStruct(shape, dt, sharding=plan.batch_sharding(len(shape)))  # noqa: E731
+    sampling = SamplingParams(rows((batch,), jnp.float32), rows((batch,), jnp.int32),
+                              rows((batch,), jnp.float32))
+    args = (jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), params, psh),
+            rows((batch, prompt), jnp.int32), rows((batch,), jnp.int32), rows((batch,), jnp.int32),
+            sampling, jax.ShapeDtypeStruct((8,), jnp.int32, sharding=plan.replicated()),
+            rows((batch, 2), jnp.uint32))
+    fn = functools.partial(run_sharded, plan, _ar_loop, graphdef, cfg, cache_len, max_new)
+    lowered = jax.jit(fn).lower(*args)
+    out = {"decode_mesh": parallel.mesh_str(plan.mesh), "decode_batch": batch,
+           "prompt_bucket": prompt, "max_new_tokens": max_new, "cache_len": cache_len,
+           "per_device_bytes": {"target_params": parallel.shard_bytes(params, psh),
+                                "kv_cache": parallel.shard_bytes(cache, plan.cache_shardings(cache))},
+           "total_bytes": {"target_params": tree_bytes(params), "kv_cache": tree_bytes(cache)},
+           "lower_s": round(time.perf_counter() - t0, 1)}
+    if compile_:
+        t1 = time.perf_counter()
+        mem = lowered.compile().memory_analysis()
+        out["compile_s"] = round(time.perf_counter() - t1, 1)
+        if mem is not None:
+            out["xla_temp_per_device"] = int(mem.temp_size_in_bytes)
+    return out
 
 
 if __name__ == "__main__":
