@@ -170,7 +170,34 @@ def run_decode() -> dict:
     cache = sbj.init_cache(CFG, 4, 64)
     out["cache_spec_2x4"] = str(plan.cache_shardings(cache).k[0].spec)
     out["q_proj_spec_2x4"] = str(plan.param_shardings(tgt.params)["layers"][0]["self_attn"]["q_proj"].spec)
+    out["loop_cache_shapes_2x4"] = loop_cache_shapes(plan, tgt)
     return out
+
+
+def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 64) -> dict[str, int]:
+    """Per-device shapes of [*, S, *, D] f32 buffers in the compiled, SPMD-partitioned decode loop
+    (target-only) and how often each occurs: the KV cache inside the while loop must be split."""
+    import collections
+    import functools
+    import re
+
+    from specblock_jax.decoding.generate import _ar_loop
+    from specblock_jax.decoding.sampling import SamplingParams
+    from specblock_jax.parallel.decoding import run_sharded
+
+    def rows(shape, dt):
+        return jax.ShapeDtypeStruct(shape, dt, sharding=plan.batch_sharding(len(shape)))
+
+    psh = plan.param_shardings(tgt.params)
+    args = (jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
+                         tgt.params, psh),
+            rows((b, p), np.int32), rows((b,), np.int32), rows((b,), np.int32),
+            SamplingParams(rows((b,), np.float32), rows((b,), np.int32), rows((b,), np.float32)),
+            jax.ShapeDtypeStruct((8,), np.int32, sharding=plan.replicated()), rows((b, 2), np.uint32))
+    fn = functools.partial(run_sharded, plan, _ar_loop, tgt.graphdef, CFG, s, 8)
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    pattern = rf"f32\[\d+,{s},\d+,{CFG.head_dim}\]"
+    return dict(collections.Counter(re.findall(pattern, text)))
 
 
 def run_checkpoint() -> dict:

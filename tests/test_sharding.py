@@ -188,6 +188,8 @@ def test_sharded_decoding_is_token_identical(checks):
     assert max(res["meshes"]["2x4"]["prompt_lookup"]["taus"]) > 1  # drafts really accepted
     assert res["cache_spec_2x4"] == "P('data', None, 'model', None)"
     assert res["q_proj_spec_2x4"] == "P(None, 'model', None)"
+    # inside the compiled loop every cache buffer is split: [B/2, S, K/4, D] per device
+    assert set(res["loop_cache_shapes_2x4"]) == {"f32[2,64,1,8]"}, res["loop_cache_shapes_2x4"]
 
 
 def test_checkpoint_saved_on_4x2_restores_on_8x1_and_1x1(checks):
