@@ -124,7 +124,9 @@ def decode_report(batch: int, prompt: int, max_new: int, compile_: bool) -> dict
     psh = plan.param_shardings(params)
     cache_len = cache_length(prompt, max_new)
     cache = jax.eval_shape(lambda: init_cache(cfg, batch, cache_len))
-    rows = lambda shape, dt: jax.ShapeDtypeStruct(shape, dt, sharding=plan.batch_sharding(len(shape)))  # noqa: E731
+    def rows(shape, dt):
+        return jax.ShapeDtypeStruct(shape, dt, sharding=plan.batch_sharding(len(shape)))
+
     sampling = SamplingParams(rows((batch,), jnp.float32), rows((batch,), jnp.int32),
                               rows((batch,), jnp.float32))
     args = (jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), params, psh),

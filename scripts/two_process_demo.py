@@ -131,7 +131,8 @@ def main(argv=None) -> int:
     for pid in range(2):
         path = work / f"out.process{pid:03d}-of-002.jsonl"
         per_host[pid] = [json.loads(x) for x in path.read_text().splitlines()]
-    reference = {r["id"]: r["token_ids"] for r in map(json.loads, (work / "ref.jsonl").read_text().splitlines())}
+    ref_lines = (work / "ref.jsonl").read_text().splitlines()
+    reference = {r["id"]: r["token_ids"] for r in map(json.loads, ref_lines)}
     got = [r for recs in per_host.values() for r in recs]
     ids = [r["id"] for r in got]
     identical = sum(reference[r["id"]] == r["token_ids"] for r in got)

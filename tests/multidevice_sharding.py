@@ -259,8 +259,8 @@ def run_checkpoint() -> dict:
     out["straight_losses"] = [x["loss"] for x in logs["c"]]
     from safetensors.numpy import load_file
     eb, ec = (load_file(str(root / r / "export" / "model.safetensors")) for r in ("b", "c"))
-    out["export_max_abs_diff"] = max(float(np.max(np.abs(eb[k].astype(np.float64) - ec[k].astype(np.float64))))
-                                     for k in ec)
+    out["export_max_abs_diff"] = max(
+        float(np.max(np.abs(eb[k].astype(np.float64) - ec[k].astype(np.float64)))) for k in ec)
     shutil.rmtree(root)
     return out
 

@@ -17,9 +17,10 @@ e.g. 2 kv heads on a 4-way model axis), and an FSDP split is skipped for paramet
 `fsdp_min_size` elements. Embedding tables [V, H] are split over the vocabulary only, never FSDP:
 a token gather from a table whose H is split over "data" hands its layout to the activations,
 which then lose their batch split (the Qwen3-8B train step on a 32x8 mesh needed 1.5 TB of
-temporaries per device that way, 84 GB without; docs/scale_out.md). Parameter rules match the '/'-joined key path of a leaf (regexes over
-the last keys, so optimizer states, whose paths end with the parameter's path, get the same
-sharding as their parameter); unmatched leaves (norm weights, scalars) are replicated.
+temporaries per device that way, 84 GB without; docs/scale_out.md).
+Parameter rules match the '/'-joined key path of a leaf (regexes over the last keys, so
+optimizer states, whose paths end with the parameter's path, get the same sharding as their
+parameter); unmatched leaves (norm weights, scalars) are replicated.
 
 Weight layouts (models/layers.py): q_proj [H, N, D], k/v_proj [H, K, D], o_proj [N, D, H],
 gate/up [H, F], down [F, H], embed_tokens [V, H], lm_head [H, V]; the EAGLE-3 drafter's fc
@@ -223,10 +224,10 @@ def put_array(x: Any, sharding: NamedSharding) -> jax.Array:
 
 def shard_bytes(tree: Any, shardings: Any) -> int:
     """Bytes one device holds of `tree` (arrays or ShapeDtypeStructs) laid out by `shardings`
-    (the largest over devices; equal for even splits)."""
+    (splits are even: only divisible dimensions are split)."""
     total = 0
-    for x, sh in zip(jax.tree.leaves(tree), jax.tree.leaves(shardings,
-                                                            is_leaf=lambda s: isinstance(s, NamedSharding))):
+    flat_sh = jax.tree.leaves(shardings, is_leaf=lambda s: isinstance(s, NamedSharding))
+    for x, sh in zip(jax.tree.leaves(tree), flat_sh):
         shard = sh.shard_shape(tuple(x.shape))
         total += int(np.prod(shard)) * np.dtype(x.dtype).itemsize
     return total
