@@ -94,7 +94,8 @@ def make_mesh(spec: str | Mapping[str, int] | None = None,
     """A ("data", "model") mesh over `devices` (default: all devices of all processes).
 
     jax.make_mesh orders devices so that the "model" axis (the last, most communicating) stays
-    within a host / ICI neighbourhood. The product of the sizes must equal the device count.
+    within a host / ICI neighbourhood. The product of the sizes must equal the device count; with
+    several processes "model" must divide each host's device count (hosts feed their own rows).
     """
     devices = list(jax.devices() if devices is None else devices)
     shape = parse_mesh(spec)
@@ -106,6 +107,10 @@ def make_mesh(spec: str | Mapping[str, int] | None = None,
     if int(np.prod(list(shape.values()))) != len(devices):
         raise ValueError(f"mesh {spec!r} needs {int(np.prod(list(shape.values())))} devices, "
                          f"there are {len(devices)} ({jax.process_count()} processes)")
+    if jax.process_count() > 1 and jax.local_device_count() % shape["model"]:
+        # each host feeds its own rows: a model group must not straddle hosts
+        raise ValueError(f"mesh {spec!r}: model={shape['model']} must divide the "
+                         f"{jax.local_device_count()} devices of each host")
     sizes = tuple(shape[a] for a in AXES)
     return jax.make_mesh(sizes, AXES, axis_types=(AxisType.Auto,) * len(AXES), devices=devices)
 
