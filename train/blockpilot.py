@@ -135,7 +135,11 @@ def prefill_features(target, prompts: dict[str, str], ids: list[str], kind: str,
     return np.concatenate(out)
 
 
-def train_policy(x, y, c: PolicyConfig, steps: int, lr: float, dropout: float, seed: int):
+def train_policy(x, y, c: PolicyConfig, steps: int, lr: float, dropout: float, seed: int,
+                 tau: np.ndarray | None = None, objective: str = "ce"):
+    """Full-batch AdamW on features x [n, F]. objective "ce": cross-entropy on the oracle labels y [n];
+    "regret": the expected tau lost to the oracle, sum_s policy(s) * (max tau - tau_s), which
+    weighs each mistake by what it costs (ties cost nothing). Returns (graphdef, params, loss)."""
     graphdef, params = init_policy(c, seed)
     params["mean"] = jnp.asarray(x.mean(0))
     params["std"] = jnp.asarray(x.std(0) + 1e-6)
@@ -143,11 +147,14 @@ def train_policy(x, y, c: PolicyConfig, steps: int, lr: float, dropout: float, s
     tx = optax.adamw(lr, weight_decay=0.05)
     opt = tx.init(params)
     xs, ys = jnp.asarray(x), jnp.asarray(y)
+    gap = jnp.asarray(tau.max(1, keepdims=True) - tau, jnp.float32) if objective == "regret" else None
 
     @jax.jit
     def step(params, opt, key):
         def loss_fn(p):
             logits = nnx.merge(graphdef, {**p, **frozen})(xs, dropout, key)
+            if objective == "regret":
+                return jnp.sum(jax.nn.softmax(logits, -1) * gap, -1).mean()
             return optax.softmax_cross_entropy_with_integer_labels(logits, ys).mean()
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
@@ -155,8 +162,8 @@ def train_policy(x, y, c: PolicyConfig, steps: int, lr: float, dropout: float, s
         return optax.apply_updates(params, updates), opt, loss
 
     for i in range(steps):
-        params, opt, loss = step(params, opt, jax.random.key(seed * 100003 + i))
-    return graphdef, {**params, **frozen}, float(loss)
+        params, opt, last = step(params, opt, jax.random.key(seed * 100003 + i))
+    return graphdef, {**params, **frozen}, float(last)
 
 
 def evaluate(graphdef, params, x, labels, tau) -> dict:
@@ -187,17 +194,18 @@ def train_cmd(args) -> None:
     c = PolicyConfig(tuple(sizes), args.features, args.top_k, target.config.vocab_size, args.width)
     t0 = time.perf_counter()
     graphdef, params, loss = train_policy(data["train"][0], np.asarray(data["train"][1]), c, args.steps,
-                                          args.lr, args.dropout, args.seed)
-    report = {"policy": dataclasses.asdict(c), "metric": args.metric, "train_loss": loss,
+                                          args.lr, args.dropout, args.seed, data["train"][2], args.loss)
+    report = {"policy": dataclasses.asdict(c), "metric": args.metric, "loss": args.loss, "train_loss": loss,
               "train_s": time.perf_counter() - t0,
               "train": evaluate(graphdef, params, *data["train"][:3]),
               "heldout": evaluate(graphdef, params, *data["eval"][:3])}
     run_dir = Path(args.run_dir).absolute()
     ckpt = ocp.StandardCheckpointer()
-    ckpt.save(run_dir / f"policy_{args.features}_{args.metric}", params, force=True)
+    tag = f"{args.features}_{args.metric}_{args.loss}"
+    ckpt.save(run_dir / f"policy_{tag}", params, force=True)
     ckpt.wait_until_finished()
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / f"report_{args.features}_{args.metric}.json").write_text(json.dumps(report, indent=2))
+    (run_dir / f"report_{tag}.json").write_text(json.dumps(report, indent=2))
     if args.out:
         save_blockpilot(args.out, c, params, args.dflash_dir)
         (Path(args.out) / "report.json").write_text(json.dumps(report, indent=2))
@@ -227,6 +235,7 @@ def main(argv=None) -> None:
     tr.add_argument("--features", default="topk", choices=("topk", "full"))
     tr.add_argument("--top-k", type=int, default=32)
     tr.add_argument("--metric", default="tau", choices=("tau", "speed"))
+    tr.add_argument("--loss", default="ce", choices=("ce", "regret"))
     tr.add_argument("--width", type=int, default=256)
     tr.add_argument("--steps", type=int, default=400)
     tr.add_argument("--lr", type=float, default=1e-3)
