@@ -104,3 +104,18 @@ def test_save_and_load_round_trip(target, pilot, tmp_path):
     logits = jax.random.normal(jax.random.key(0), (6, V)) * 3
     np.testing.assert_array_equal(choose(loaded.policy_graphdef, lp["policy"], loaded.policy, logits),
                                   choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits))
+
+
+def test_shipped_blockpilot_drafter_loads_and_is_lossless():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    target = sbj.load_target(root / "assets" / "target")
+    drafter, params = sbj.load_drafter(root / "assets" / "drafters" / "blockpilot", target)
+    assert isinstance(drafter, BlockPilotDrafter) and drafter.num_nodes == max(drafter.policy.sizes)
+    lines = (root / "assets/prompts/heldout.jsonl").read_text().splitlines()[:4]
+    prompts = [json.loads(x)["prompt"] for x in lines]
+    ar = sbj.generate(target, prompts, max_new_tokens=32, batch_size=4)
+    spec = sbj.generate(target, prompts, drafter=(drafter, params), max_new_tokens=32, batch_size=4)
+    assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
