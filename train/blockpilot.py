@@ -39,7 +39,7 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from infer.decode import read_prompts
 from specblock_jax.decoding.generate import encode_prompts, length_bucket
-from specblock_jax.drafters.blockpilot import PolicyConfig, PolicyMLP, features, init_policy, save_blockpilot
+from specblock_jax.drafters.blockpilot import PolicyConfig, features, init_policy, save_blockpilot
 
 
 def _done(path: Path) -> set[str]:
