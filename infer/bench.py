@@ -39,10 +39,10 @@ def drafter_forwards_per_step(drafter) -> int:
     return 0 if resolved is None else int(getattr(resolved[0], "forwards_per_step", 0))
 
 
-def run_method(target, prompts, method, temperature, args) -> dict:
+def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
     drafter = resolve_method(method, target)
     results = sbj.generate(target, prompts, drafter=drafter, temperature=temperature,
-                           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size)
+                           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size)
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
         b = batches.setdefault(r.stats["batch"], {"wall": r.stats["total_time_s"], "tokens": 0,
@@ -54,7 +54,7 @@ def run_method(target, prompts, method, temperature, args) -> dict:
     draft = sum(b["draft"] for b in batches.values())
     taus = [r.stats["tau"] for r in results if r.stats["tau"] is not None]
     return {
-        "method": method, "temperature": temperature, "prompts": len(results), "new_tokens": tokens,
+        "method": method, "temperature": temperature, "batch_size": batch_size, "prompts": len(results), "new_tokens": tokens,
         "wall_s": wall, "tokens_per_s": tokens / wall,
         "batch_tokens_per_s": [b["tokens"] / b["wall"] for b in batches.values()],
         "tau_median": float(np.median(taus)), "tau_min": float(np.min(taus)), "tau_max": float(np.max(taus)),
@@ -70,12 +70,12 @@ def run_method(target, prompts, method, temperature, args) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| T | method | tau median [min, max] | tokens/s | speedup | draft ms/token | draft share "
-            "| draft fwd/token | same as ar | compile s |\n|---|---|---|---|---|---|---|---|---|---|")
+    head = ("| T | batch | method | tau median [min, max] | tokens/s | speedup | draft ms/token | draft share "
+            "| draft fwd/token | same as ar | compile s |\n|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         lines.append(
-            f"| {r['temperature']:g} | {r['method']} | {r['tau_median']:.2f} [{r['tau_min']:.2f}, "
+            f"| {r['temperature']:g} | {r['batch_size']} | {r['method']} | {r['tau_median']:.2f} [{r['tau_min']:.2f}, "
             f"{r['tau_max']:.2f}] | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
             f"{1000 * r['draft_s_per_token']:.3f} | {100 * r['draft_share']:.1f}% | "
             f"{r['draft_forwards_per_token']:.2f} | "
@@ -90,17 +90,17 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    temps = sorted({r["temperature"] for r in rows})
+    groups = sorted({(r["temperature"], r["batch_size"]) for r in rows})
     methods = list(dict.fromkeys(r["method"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    width = 0.8 / len(temps)
-    for k, t in enumerate(temps):
-        sub = {r["method"]: r for r in rows if r["temperature"] == t}
+    width = 0.8 / len(groups)
+    for k, (t, b) in enumerate(groups):
+        sub = {r["method"]: r for r in rows if (r["temperature"], r["batch_size"]) == (t, b)}
         x = np.arange(len(methods)) + k * width
-        axes[0].bar(x, [sub[m]["speedup"] for m in methods], width, label=f"T={t:g}")
-        axes[1].bar(x, [sub[m]["tau_median"] for m in methods], width, label=f"T={t:g}")
+        axes[0].bar(x, [sub[m]["speedup"] for m in methods], width, label=f"T={t:g}, batch {b}")
+        axes[1].bar(x, [sub[m]["tau_median"] for m in methods], width, label=f"T={t:g}, batch {b}")
     for ax, title in zip(axes, ("speedup vs target-only (tokens/s ratio)", "tau (median over prompts)")):
-        ax.set_xticks(np.arange(len(methods)) + width * (len(temps) - 1) / 2)
+        ax.set_xticks(np.arange(len(methods)) + width * (len(groups) - 1) / 2)
         ax.set_xticklabels([Path(m).name for m in methods])
         ax.set_title(title)
         ax.axhline(1.0, color="gray", lw=0.8)
@@ -116,7 +116,7 @@ def parse_args(argv=None):
     p.add_argument("--out-dir", type=Path, required=True)
     p.add_argument("--target", default=DEFAULT_TARGET)
     p.add_argument("--temperatures", default="0", help="comma list, e.g. 0,1")
-    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--batch-size", default="1", help="comma list, e.g. 1,8; each has its own ar baseline")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
@@ -134,17 +134,20 @@ def main(argv=None) -> int:
     records = records[: args.limit] if args.limit else records
     prompts = [r["prompt"] for r in records]
     rows = []
-    for temperature in (float(t) for t in args.temperatures.split(",")):
-        for method in methods:
-            print(f"T={temperature:g} {method}: decoding {len(prompts)} prompts ...", flush=True)
-            rows.append(run_method(target, prompts, method, temperature, args))
-        base = next(r for r in rows if r["method"] == "ar" and r["temperature"] == temperature)
-        for r in rows:
-            if r["temperature"] == temperature:
+    for batch_size in (int(b) for b in str(args.batch_size).split(",")):
+        for temperature in (float(t) for t in args.temperatures.split(",")):
+            group = []
+            for method in methods:
+                print(f"T={temperature:g} batch={batch_size} {method}: decoding {len(prompts)} prompts ...",
+                      flush=True)
+                group.append(run_method(target, prompts, method, temperature, batch_size, args))
+            base = group[0]  # ar
+            for r in group:
                 r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
                 # token equality is the greedy guarantee; sampled runs draw other random numbers
                 r["same_as_ar"] = (float(np.mean([a == b for a, b in zip(r["token_ids"], base["token_ids"])]))
                                    if temperature == 0 else None)
+            rows += group
     args.out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -153,10 +156,10 @@ def main(argv=None) -> int:
                     "backend": jax.default_backend(), "devices": [str(d) for d in jax.devices()]},
         "target": str(args.target), "target_params": sbj.models.count_params(target.params),
         "prompts": str(args.prompts), "num_prompts": len(prompts), "skipped_records": len(errors),
-        "batch_size": args.batch_size, "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+        "batch_sizes": [int(b) for b in str(args.batch_size).split(",")], "max_new_tokens": args.max_new_tokens, "seed": args.seed,
     }
     for r in rows:  # every method's completions, for inspection
-        name = f"outputs_{Path(r['method']).name}_T{r['temperature']:g}.jsonl"
+        name = f"outputs_{Path(r['method']).name}_T{r['temperature']:g}_b{r['batch_size']}.jsonl"
         with (args.out_dir / name).open("w", encoding="utf-8") as f:
             for rec, ids, text in zip(records, r["token_ids"], r["texts"]):
                 f.write(json.dumps({"id": rec["id"], "text": text, "token_ids": ids}, ensure_ascii=False) + "\n")

@@ -14,11 +14,11 @@ def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path):
     out = tmp_path / "bench"
     assert bench.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out-dir", str(out),
                        "--methods", "prompt_lookup", "--temperatures", "0,1", "--max-new-tokens", "16",
-                       "--batch-size", "2"]) == 0
+                       "--batch-size", "2,3"]) == 0
     data = json.loads((out / "results.json").read_text())
     rows = data["results"]
-    assert [(r["temperature"], r["method"]) for r in rows] == [
-        (0.0, "ar"), (0.0, "prompt_lookup"), (1.0, "ar"), (1.0, "prompt_lookup")]
+    assert [(r["batch_size"], r["temperature"], r["method"]) for r in rows] == [
+        (b, t, m) for b in (2, 3) for t in (0.0, 1.0) for m in ("ar", "prompt_lookup")]
     for r in rows:
         assert r["prompts"] == 4 and r["new_tokens"] > 0 and r["tokens_per_s"] > 0
         assert r["tau_min"] <= r["tau_median"] <= r["tau_max"]
@@ -27,8 +27,9 @@ def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path):
     assert pl0["same_as_ar"] == 1.0  # greedy speculative output is the target's own
     assert pl0["draft_s_per_token"] > 0
     assert data["meta"]["num_prompts"] == 4 and data["meta"]["machine"]["backend"] == "cpu"
-    assert "| 0 | prompt_lookup |" in (out / "results.md").read_text()
+    assert "| 0 | 2 | prompt_lookup |" in (out / "results.md").read_text()
+    assert rows[4]["speedup"] == 1.0 and rows[5]["same_as_ar"] == 1.0  # batch 3 has its own baseline
     assert (out / "speedup.png").read_bytes()[:4] == b"\x89PNG"
-    lines = (out / "outputs_prompt_lookup_T0.jsonl").read_text().splitlines()
+    lines = (out / "outputs_prompt_lookup_T0_b2.jsonl").read_text().splitlines()
     assert [json.loads(x)["token_ids"] for x in lines] == [
-        json.loads(x)["token_ids"] for x in (out / "outputs_ar_T0.jsonl").read_text().splitlines()]
+        json.loads(x)["token_ids"] for x in (out / "outputs_ar_T0_b3.jsonl").read_text().splitlines()]

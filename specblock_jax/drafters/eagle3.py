@@ -120,7 +120,7 @@ def init_eagle3(c: Eagle3Config, seed: int = 0, lm_head=None) -> tuple[nnx.Graph
     graphdef, state = nnx.split(Eagle3Model(c, rngs=nnx.Rngs(seed)))
     params = nnx.to_pure_dict(state)
     if lm_head is not None:
-        params["lm_head"] = jnp.asarray(lm_head, params["lm_head"].dtype)
+        params["lm_head"] = jnp.array(lm_head, params["lm_head"].dtype, copy=True)  # never alias the target's
     return graphdef, params
 
 

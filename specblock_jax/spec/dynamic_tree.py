@@ -53,7 +53,20 @@ def build_topk_tree(root: jax.Array, root_logprobs: jax.Array, expander: Expande
         parents = parents.at[:, new].set(par)
         anc = anc.at[:, new].set(jnp.take_along_axis(anc, par[:, :, None], axis=1) | eye[new][None])
         frontier = jnp.broadcast_to(new, (b, top_k))
-    # rerank: best N - 1 by score, ties to the lower index; then restore creation order
+    return select_tree(root, tokens, parents, scores, num_nodes), carry
+
+
+def select_tree(root: jax.Array, tokens: jax.Array, parents: jax.Array, scores: jax.Array,
+                num_nodes: int) -> DraftTree:
+    """The best num_nodes - 1 of M candidates, as a DraftTree under `root`.
+
+    tokens/parents/scores [B, M]: parents are candidate indices (-1 = the root) smaller than the
+    child's; scores are cumulative log-probs (-inf = not a candidate), so a child never outscores its
+    parent and, with ties going to the lower index, the selection contains every selected node's
+    ancestors. Selected nodes keep creation order (parents before children); unfilled nodes are
+    invalid.
+    """
+    b, m = tokens.shape
     keep = min(num_nodes - 1, m)
     order = jnp.argsort(-scores, axis=1, stable=True)[:, :keep]
     chosen = jnp.sort(order, axis=1)  # parents come before children
@@ -63,11 +76,11 @@ def build_topk_tree(root: jax.Array, root_logprobs: jax.Array, expander: Expande
     node_par = jnp.where(cpar < 0, 0, jnp.take_along_axis(to_node, jnp.maximum(cpar, 0), axis=1))
     pad = num_nodes - 1 - keep
     tree_tokens = jnp.concatenate([root[:, None].astype(jnp.int32),
-                                   jnp.take_along_axis(tokens, chosen, axis=1),
+                                   jnp.take_along_axis(tokens, chosen, axis=1).astype(jnp.int32),
                                    jnp.zeros((b, pad), jnp.int32)], axis=1)
     tree_parents = jnp.concatenate([jnp.full((b, 1), -1, jnp.int32), node_par,
                                     jnp.zeros((b, pad), jnp.int32)], axis=1)
     valid = jnp.concatenate([jnp.ones((b, 1), bool),
                              jnp.isfinite(jnp.take_along_axis(scores, chosen, axis=1)),
                              jnp.zeros((b, pad), bool)], axis=1)
-    return DraftTree(tree_tokens, tree_parents, valid), carry
+    return DraftTree(tree_tokens, tree_parents, valid)

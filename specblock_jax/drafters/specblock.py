@@ -1,0 +1,324 @@
+"""SpecBlock drafter: block-iterative drafting with a layer-wise shift and a rank head.
+
+Alignment (as EAGLE-3's): drafter position i reads the pair (condition c_i, token x_{i+1}); its K
+slots predict x_{i+2}, ..., x_{i+1+K} in one forward. Slot k of position i has RoPE position
+i + 1 + k and input
+    fuse([norm(c_i); norm(embed(x_{i+1})); norm(query_k)])          (Linear 3H -> H)
+where c_i = fc(target features at `feature_layers`) for committed tokens, or the drafter's own
+hidden of the slot that predicted x_{i+1} for a later block. Entries are laid out flat,
+e = i * K + k, and the query of entry e sees every entry e' <= e: all slots of earlier positions and
+slots <= k of its own. Example, two positions, K = 2 (rows: queries, columns: keys):
+    1 0 0 0
+    1 1 0 0
+    1 1 1 0
+    1 1 1 1
+Layer-wise shift: before every layer l >= 1, h_k <- W_l [h_k; h_{k-1}] (slot 0: W_l [h_0; h_0]),
+W_l initialised to [I; 0]. Logits = lm_head(norm(h)). The rank head reads [stop_gradient(norm(h));
+15 features of the top-20 logits] and predicts the class of the target token's rank (see
+spec/rank_tree.py).
+
+Decoding: the drafter's KV cache holds K entries per committed pair (e = i * K + k) plus scratch
+for the later blocks of the tree. `update` runs the first block of the next tree for free: the
+forward over the newly committed pairs also gives the K slots after the last one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specblock_jax.drafters.base import DraftContext, Prefill
+from specblock_jax.drafters.io import check_target, load_weights, register_loader
+from specblock_jax.models.config import ModelConfig, RopeConfig
+from specblock_jax.models.layers import DecoderLayer, RMSNorm, _normal, rope_cos_sin
+from specblock_jax.spec.rank_tree import RankTreeSettings, build_rank_tree
+
+RANK_CLASSES = 4
+RANK_FEATURES = 15
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecBlockConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    feature_layers: tuple[int, ...]
+    num_layers: int = 2
+    block_size: int = 4  # K slots per block
+    layer_shift: bool = True
+    rank_hidden: int = 256
+    rms_norm_eps: float = 1e-6
+    rope: RopeConfig = RopeConfig()
+    dtype: str = "float32"
+
+    @classmethod
+    def for_target(cls, cfg: ModelConfig, feature_layers: tuple[int, ...] | None = None, **kw
+                   ) -> "SpecBlockConfig":
+        """Target widths; features default to EAGLE-3's layers (as `Eagle3Config.for_target`)."""
+        n = cfg.num_layers
+        if feature_layers is None:
+            feature_layers = (2, n // 2, n - 3) if n >= 8 else (1, (n + 1) // 2, n - 1)
+        return cls(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads,
+                   cfg.head_dim, cfg.vocab_size, tuple(feature_layers), rms_norm_eps=cfg.rms_norm_eps,
+                   rope=cfg.rope, dtype=cfg.dtype, **kw)
+
+    def layer_config(self) -> ModelConfig:
+        return ModelConfig("llama", self.vocab_size, self.hidden_size, self.intermediate_size,
+                           self.num_layers, self.num_heads, self.num_kv_heads, self.head_dim,
+                           self.rms_norm_eps, self.rope, dtype=self.dtype)
+
+
+def layer_shift(h: jax.Array, w: jax.Array) -> jax.Array:
+    """h [..., K, H], w [2H, H] -> W [h_k; h_{k-1}] per slot, slot 0 paired with itself."""
+    prev = jnp.concatenate([h[..., :1, :], h[..., :-1, :]], axis=-2)
+    return jnp.concatenate([h, prev], axis=-1) @ w
+
+
+def block_mask(num_positions: int, k: int) -> jax.Array:
+    """[T*K, T*K] bool: entry e = i*K + k sees e' <= e (earlier positions, own slots <= k)."""
+    e = jnp.arange(num_positions * k)
+    return e[None, :] <= e[:, None]
+
+
+def rank_features(logits: jax.Array) -> jax.Array:
+    """[..., V] logits -> [..., 15]: top-10 log-probs normalised over the top 20, the gaps
+    logit1-logit2, logit1-logit3, logit1-logit5, the top-1 probability, the top-20 entropy."""
+    # the barrier stops XLA:CPU from rewriting top_k + slices into a 60x slower computation
+    top = jax.lax.optimization_barrier(jax.lax.top_k(logits.astype(jnp.float32), min(20, logits.shape[-1]))[0])
+    if top.shape[-1] < 20:  # tiny vocabularies: pad with far less likely tokens
+        top = jnp.concatenate([top, jnp.broadcast_to(top[..., -1:] - 30.0, top.shape[:-1] + (20 - top.shape[-1],))], -1)
+    lp = jax.nn.log_softmax(top, axis=-1)
+    gaps = top[..., :1] - jnp.concatenate([top[..., 1:3], top[..., 4:5]], axis=-1)
+    p1 = jnp.exp(top[..., :1] - jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1, keepdims=True))
+    entropy = -jnp.sum(jnp.exp(lp) * lp, axis=-1, keepdims=True)
+    return jnp.concatenate([lp[..., :10], gaps, p1, entropy], axis=-1)
+
+
+class SpecBlockModel(nnx.Module):
+    def __init__(self, c: SpecBlockConfig, rngs: nnx.Rngs):
+        self.c = c
+        dt, h, k = jnp.dtype(c.dtype), c.hidden_size, c.block_size
+        self.fc = _normal(rngs, (len(c.feature_layers) * h, h), dt)
+        self.cond_norm = RMSNorm(h, c.rms_norm_eps, dt)
+        self.token_norm = RMSNorm(h, c.rms_norm_eps, dt)
+        self.query_norm = RMSNorm(h, c.rms_norm_eps, dt)
+        self.slot_queries = nnx.Param(jax.random.normal(rngs.params(), (k, h), jnp.float32).astype(dt))
+        self.fuse = _normal(rngs, (3 * h, h), dt)
+        lc = c.layer_config()
+        self.layers = nnx.List([DecoderLayer(lc, dt, rngs) for _ in range(c.num_layers)])
+        if c.layer_shift and c.num_layers > 1:
+            eye = jnp.concatenate([jnp.eye(h), jnp.zeros((h, h))], axis=0)
+            self.shift = nnx.Param(jnp.broadcast_to(eye, (c.num_layers - 1, 2 * h, h)).astype(dt))
+        self.norm = RMSNorm(h, c.rms_norm_eps, dt)
+        self.lm_head = _normal(rngs, (h, c.vocab_size), dt)
+        self.rank_in = _normal(rngs, (h + RANK_FEATURES, c.rank_hidden), dt)
+        self.rank_in_bias = nnx.Param(jnp.zeros((c.rank_hidden,), dt))
+        self.rank_out = _normal(rngs, (c.rank_hidden, RANK_CLASSES), dt)
+        self.rank_out_bias = nnx.Param(jnp.zeros((RANK_CLASSES,), dt))
+
+    def features(self, target_hidden: jax.Array) -> jax.Array:
+        """[B, T, n, H] target hidden states -> [B, T, H] conditions."""
+        b, t = target_hidden.shape[:2]
+        return target_hidden.reshape(b, t, -1) @ self.fc[...]
+
+    def block(self, cond, emb, positions, mask, caches, starts):
+        """One block per group g: cond/emb [B, G, H], positions [B, G] (slot k at positions + 1 + k),
+        mask [B, G*K, S] over the caches ((k, v) per layer, each [B, S, kv, D]) into which the
+        G*K new entries are written at starts [B]. Returns (hidden [B, G, K, H], caches)."""
+        c = self.c
+        b, g, h = cond.shape
+        k = c.block_size
+        parts = [jnp.broadcast_to(self.cond_norm(cond)[:, :, None], (b, g, k, h)),
+                 jnp.broadcast_to(self.token_norm(emb)[:, :, None], (b, g, k, h)),
+                 jnp.broadcast_to(self.query_norm(self.slot_queries[...]), (b, g, k, h))]
+        x = jnp.concatenate(parts, axis=-1) @ self.fuse[...]
+        pos = (positions[:, :, None] + 1 + jnp.arange(k)).reshape(b, g * k)
+        cos, sin = rope_cos_sin(pos, c.rope, c.head_dim, x.dtype)
+        out = []
+        for layer_index, layer in enumerate(self.layers):
+            if layer_index and c.layer_shift:
+                x = layer_shift(x, self.shift[layer_index - 1])
+            y, cache = layer(x.reshape(b, g * k, h), cos, sin, mask, caches[layer_index], starts)
+            x = y.reshape(b, g, k, h)
+            out.append(cache)
+        return x, tuple(out)
+
+    def logits(self, hidden):
+        return jnp.einsum("...h,hv->...v", self.norm(hidden), self.lm_head[...],
+                          preferred_element_type=jnp.float32)
+
+    def rank_logits(self, hidden, logits):
+        """hidden [..., H], logits [..., V] -> [..., 4]; no gradient reaches the drafter."""
+        x = jnp.concatenate([jax.lax.stop_gradient(self.norm(hidden)).astype(jnp.float32),
+                             jax.lax.stop_gradient(rank_features(logits))], axis=-1)
+        x = jax.nn.silu(x.astype(self.rank_in.dtype) @ self.rank_in[...] + self.rank_in_bias[...])
+        return (x @ self.rank_out[...] + self.rank_out_bias[...]).astype(jnp.float32)
+
+
+def abstract_specblock(c: SpecBlockConfig):
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: SpecBlockModel(c, rngs=nnx.Rngs(0))))
+    return graphdef, nnx.to_pure_dict(state)
+
+
+def init_specblock(c: SpecBlockConfig, seed: int = 0, lm_head=None) -> tuple[nnx.GraphDef, dict]:
+    """(graphdef, trainable params); lm_head [H, V] optionally starts from the target's head."""
+    graphdef, state = nnx.split(SpecBlockModel(c, rngs=nnx.Rngs(seed)))
+    params = nnx.to_pure_dict(state)
+    if lm_head is not None:
+        params["lm_head"] = jnp.array(lm_head, params["lm_head"].dtype, copy=True)  # never alias the target's
+    return graphdef, params
+
+
+def _take(x, index):
+    """x [B, T, ...] at index [B] -> [B, ...]."""
+    return jnp.take_along_axis(x, index.reshape((-1,) + (1,) * (x.ndim - 1)), axis=1)[:, 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecBlockDrafter:
+    """Decoding-side SpecBlock. params = {"draft": trainable params, "embed": [V, H]}.
+    Tree settings: see spec/rank_tree.py."""
+
+    config: SpecBlockConfig
+    graphdef: nnx.GraphDef
+    num_nodes: int = 16
+    max_blocks: int = 2
+    beam: int = 1
+    branch: tuple[int, ...] = (0, 3, 9, 0)
+    root_branch: int = 3
+    rank_tree: bool = True
+    fixed_branch: int = 2
+
+    @property
+    def tree(self) -> RankTreeSettings:
+        return RankTreeSettings(self.num_nodes, self.max_blocks, self.beam, tuple(self.branch),
+                                self.root_branch, self.rank_tree, self.fixed_branch)
+
+    @property
+    def max_children(self) -> int:
+        return self.tree.max_children
+
+    @property
+    def hidden_ids(self) -> tuple[int, ...]:
+        return self.config.feature_layers
+
+    @property
+    def forwards_per_step(self) -> int:
+        return self.max_blocks  # the update (which drafts block 1) + one forward per later level
+
+    def _model(self, params) -> SpecBlockModel:
+        return nnx.merge(self.graphdef, params["draft"])
+
+    def _heads(self, model, hidden):
+        logits = model.logits(hidden)
+        return jax.nn.log_softmax(logits, axis=-1), jnp.argmax(model.rank_logits(hidden, logits), axis=-1)
+
+    def _committed(self, model, params, caches, cond, tokens, length, size):
+        """Appends pairs (cond [B, T, H], tokens [B, T]) at pair index length [B]."""
+        b, t = tokens.shape
+        k = self.config.block_size
+        emb = jnp.take(params["embed"], tokens, axis=0)
+        pos = length[:, None] + jnp.arange(t)[None]
+        query = (pos[:, :, None] * k + jnp.arange(k)).reshape(b, t * k)
+        mask = jnp.arange(size)[None, None, :] <= query[:, :, None]
+        return model.block(cond.astype(emb.dtype), emb, pos, mask, caches, length * k)
+
+    def init_state(self, params, prefill: Prefill, max_len: int):
+        model = self._model(params)
+        c, k = self.config, self.config.block_size
+        b, p = prefill.tokens.shape
+        size = max_len * k + (self.max_blocks - 1) * self.beam * k
+        shape = (b, size, c.num_kv_heads, c.head_dim)
+        caches = tuple((jnp.zeros(shape, jnp.dtype(c.dtype)), jnp.zeros(shape, jnp.dtype(c.dtype)))
+                       for _ in range(c.num_layers))
+        t = jnp.arange(p)[None, :]
+        nxt = jnp.concatenate([prefill.tokens[:, 1:], prefill.tokens[:, -1:]], axis=1)
+        nxt = jnp.where(t == prefill.lengths[:, None] - 1, prefill.root[:, None], nxt)
+        zero = jnp.zeros((b,), jnp.int32)
+        hidden, caches = self._committed(model, params, caches, model.features(prefill.hidden), nxt,
+                                         zero, size)
+        last = _take(hidden, prefill.lengths - 1)  # [B, K, H]
+        logp, cls = self._heads(model, last)
+        return {"cache": caches, "length": prefill.lengths, "hidden": last, "logp": logp, "cls": cls}
+
+    def propose(self, params, state, ctx: DraftContext, key):
+        model = self._model(params)
+        k = self.config.block_size
+        length = state["length"]
+        b = length.shape[0]
+        size = state["cache"][0][0].shape[1]
+        base = size - (self.max_blocks - 1) * self.beam * k  # first scratch entry
+        e = jnp.arange(size)
+
+        def expand(carry, blk, slot, token, level):
+            caches, hidden, depth, thr, vis = carry  # per block of the previous level
+            take = lambda x: jnp.take_along_axis(x, blk.reshape(blk.shape + (1,) * (x.ndim - 2)), axis=1)  # noqa: E731
+            cond = jnp.take_along_axis(take(hidden), slot[:, :, None, None], axis=2)[:, :, 0]  # [B, P, H]
+            leaf_depth = take(depth) + slot + 1  # [B, P]
+            if level == 2:  # leaves of the first block: committed entries of pair length - 1
+                leaf_thr = (length - 1)[:, None] * k + slot + 1
+                leaf_vis = jnp.zeros((b, blk.shape[1], size), bool)
+            else:  # leaves of a scratch block: what it saw, plus its slots up to the leaf's
+                blk_start = base + (level - 3) * self.beam * k + blk * k  # [B, P]
+                leaf_thr = take(thr)
+                leaf_vis = take(vis) | ((e >= blk_start[..., None]) & (e <= (blk_start + slot)[..., None]))
+            p = blk.shape[1]
+            start = base + (level - 2) * self.beam * k  # this level's P*K scratch entries
+            query = start + jnp.arange(p * k)
+            q_blk = jnp.repeat(jnp.arange(p), k)
+            same_blk = (e[None, :] >= start + q_blk[:, None] * k) & (e[None, :] <= query[:, None])
+            mask = ((e[None, None, None, :] < leaf_thr[:, :, None, None])
+                    | leaf_vis[:, :, None, :]).reshape(b, p, 1, size)
+            mask = jnp.broadcast_to(mask, (b, p, k, size)).reshape(b, p * k, size) | same_blk[None]
+            emb = jnp.take(params["embed"], token, axis=0)
+            pos = length[:, None] + leaf_depth - 1
+            h, caches = model.block(cond.astype(emb.dtype), emb, pos, mask, caches,
+                                    jnp.full((b,), start, jnp.int32))
+            logp, cls = self._heads(model, h)
+            return (caches, h, leaf_depth, leaf_thr, leaf_vis), logp, cls
+
+        vis0 = jnp.zeros((b, 1, size), bool)
+        carry = (state["cache"], state["hidden"][:, None], jnp.zeros((b, 1), jnp.int32),
+                 jnp.zeros((b, 1), jnp.int32), vis0)
+        tree, carry = build_rank_tree(self.tree, ctx.root, state["logp"], state["cls"], expand, carry)
+        return tree, {**state, "cache": carry[0]}
+
+    def update(self, params, state, ctx: DraftContext, result, hidden):
+        """Appends the pairs (target feature of each accepted path node, the token after it); the
+        last pair's slots are the first block of the next tree."""
+        model = self._model(params)
+        length = state["length"]
+        count = ctx.cache_len - length  # pairs committed this step (0 for finished rows)
+        feats = model.features(jnp.take_along_axis(hidden, result.path[:, :, None, None], axis=1))
+        size = state["cache"][0][0].shape[1]
+        h, caches = self._committed(model, params, state["cache"], feats,
+                                    jnp.maximum(result.new_tokens, 0), length, size)
+        last = _take(h, jnp.maximum(count - 1, 0))
+        logp, cls = self._heads(model, last)
+        moved = count > 0
+        keep = lambda new, old: jnp.where(moved.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
+        return {"cache": caches, "length": length + count, "hidden": keep(last, state["hidden"]),
+                "logp": keep(logp, state["logp"]), "cls": keep(cls, state["cls"])}
+
+
+def _load(path, meta, target, dtype, decoding):
+    raw = dict(meta["config"])
+    raw["rope"] = RopeConfig(**raw["rope"])
+    raw["feature_layers"] = tuple(raw["feature_layers"])
+    config = SpecBlockConfig(**{**raw, "dtype": dtype})
+    check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
+    graphdef, template = abstract_specblock(config)
+    params = load_weights(path, template, config.dtype)
+    settings = {**meta["decoding"], **decoding}
+    settings["branch"] = tuple(settings.get("branch", SpecBlockDrafter.branch))
+    drafter = SpecBlockDrafter(config, graphdef, **settings)
+    return drafter, {"draft": params, "embed": target.params["embed_tokens"]}
+
+
+register_loader("SpecBlockDrafter", _load)

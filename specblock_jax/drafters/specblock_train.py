@@ -1,0 +1,231 @@
+"""Training SpecBlock: valid-prefix curriculum, rank head, multi-block training-time test.
+
+The frozen target runs inside the jitted step and gives, per position t, the features at
+`feature_layers` and p_t, its distribution of x_{t+1}. Block 1 reads (features of t, x_{t+1}) at
+every t; its slot k predicts x_{t+2+k}, scored against p_{t+1+k}. Block b >= 2 replays drafting
+from a leaf: draw M_b ~ U{1..K}; its condition is block b-1's output hidden at slot M_b - 1 and
+its token the ground truth M_b further on (offset o_b = M_2 + ... + M_b), so slot k predicts
+x_{t+2+o_b+k}. Block b's queries see block 1's entries before t * K + M_2 (earlier positions, and the
+first M_2 slots of their own), the first M_{c+1} slots of block c (1 < c < b) at their own position
+and their own block's slots <= k: exactly what a level-b block of the decoding tree sees.
+
+Losses per block (summed over blocks, no filtering between them):
+  draft: soft CE against the target distribution, slot weights decay^k; with `valid_prefix` the
+         slot-k term counts only positions whose slots 0..k-1 were argmax-correct (vs the target's
+         argmax);
+  rank:  the rank head's class of the target token's rank in the slot's draft distribution, with
+         asymmetric ordinal label smoothing 1/(1 + |c - t| + max(t - c, 0))^2, a distance weight
+         1 + |t - p| + max(t - p, 0) (under-estimating the rank costs twice), class weights
+         min(1, 10 / count) per slot, and the slots after the first mis-ranked one dropped.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specblock_jax.drafters.io import save_drafter
+from specblock_jax.drafters.specblock import (RANK_CLASSES, SpecBlockConfig, SpecBlockDrafter,
+                                              block_mask, init_specblock)
+from specblock_jax.models.target import Target
+from specblock_jax.models.transformer import apply, causal_mask, positions_from_valid
+from specblock_jax.spec.rank_tree import rank_class
+from specblock_jax.training.task import register_task
+
+
+def shift(x: jax.Array, s, fill=0) -> jax.Array:
+    """x[:, t + s] at index t along axis 1 (s may be traced), `fill` past the end."""
+    t = x.shape[1]
+    idx = jnp.arange(t) + s
+    out = jnp.take(x, jnp.clip(idx, 0, t - 1), axis=1)
+    return jnp.where((idx < t).reshape((1, t) + (1,) * (x.ndim - 2)), out, jnp.asarray(fill, x.dtype))
+
+
+def prefix_ok(correct: jax.Array) -> jax.Array:
+    """[..., K] bool -> [..., K] bool: True at k when slots 0..k-1 are all correct."""
+    ones = jnp.ones(correct.shape[:-1] + (1,), jnp.int32)
+    return jnp.cumprod(jnp.concatenate([ones, correct[..., :-1].astype(jnp.int32)], -1), -1) > 0
+
+
+def draft_loss(logq, target_p, want, mask, decay: float, valid_prefix: bool):
+    """logq/target_p [B, T, K, V], want [B, T, K] target argmax, mask [B, T, K] float.
+    Returns (sum_k decay^k L_k, per-slot losses [K], per-slot top-1 agreement [K])."""
+    ce = -jnp.sum(target_p * logq, axis=-1)
+    correct = jnp.argmax(logq, axis=-1) == want
+    m = mask * prefix_ok(correct) if valid_prefix else mask
+    per_slot = jnp.sum(ce * m, (0, 1)) / jnp.maximum(jnp.sum(m, (0, 1)), 1.0)
+    acc = jnp.sum(correct * mask, (0, 1)) / jnp.maximum(jnp.sum(mask, (0, 1)), 1.0)
+    weights = decay ** jnp.arange(logq.shape[2])
+    return jnp.sum(weights * per_slot), per_slot, acc
+
+
+def rank_loss(rank_logits, true_cls, mask):
+    """rank_logits [B, T, K, 4], true_cls [B, T, K], mask [B, T, K] float -> (loss, accuracy)."""
+    c = jnp.arange(RANK_CLASSES)
+    t = true_cls[..., None]
+    kernel = 1.0 / (1.0 + jnp.abs(c - t) + jnp.maximum(t - c, 0)) ** 2
+    soft = kernel / jnp.sum(kernel, axis=-1, keepdims=True)
+    ce = -jnp.sum(soft * jax.nn.log_softmax(rank_logits, axis=-1), axis=-1)
+    pred = jnp.argmax(rank_logits, axis=-1)
+    dist = 1.0 + jnp.abs(true_cls - pred) + jnp.maximum(true_cls - pred, 0)
+    hit = pred == true_cls
+    m = mask * prefix_ok(hit)  # drop slots after the first mis-ranked one (keep that one)
+    onehot = jax.nn.one_hot(true_cls, RANK_CLASSES) * m[..., None]
+    count = jnp.sum(onehot, axis=(0, 1))  # [K, 4]
+    class_w = jnp.minimum(1.0, 10.0 / jnp.maximum(count, 1.0))
+    w = jnp.sum(onehot * class_w, axis=-1)  # [B, T, K]
+    loss = jnp.sum(w * dist * ce) / jnp.maximum(jnp.sum(w), 1.0)
+    acc = jnp.sum(hit * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+    return loss, acc
+
+
+def later_block_mask(t: int, k: int, block: int, ms: list) -> jax.Array:
+    """[T*K, (block + 1) * T*K] mask of block `block` (0-based, >= 1) over all blocks' entries;
+    ms[c] = M of block c + 1 (traced ints)."""
+    e = jnp.arange(t * k)
+    qi, qk = (e // k)[:, None], (e % k)[:, None]
+    ki, kk = (e // k)[None, :], (e % k)[None, :]
+    parts = [e[None, :] < qi * k + ms[0]]
+    parts += [(ki == qi) & (kk < ms[c]) for c in range(1, block)]
+    parts.append((ki == qi) & (kk <= qk))
+    return jnp.concatenate(parts, axis=1)
+
+
+def loss_rows(key, has_data: jax.Array, fraction: float) -> jax.Array:
+    """[B, R] positions whose logits enter the loss: all T (fraction 1) or R = ceil(fraction * T)
+    drawn at random, positions with data (has_data [B, T] > 0) before the others."""
+    b, t = has_data.shape
+    if fraction >= 1.0:
+        return jnp.broadcast_to(jnp.arange(t), (b, t))
+    rows = max(1, int(-(-fraction * t // 1)))
+    noise = jax.random.uniform(key, (b, t)) + (has_data > 0)
+    return jax.lax.top_k(noise, rows)[1]
+
+
+def run_blocks(model, embed, cond, tokens, valid, ms: list) -> list[jax.Array]:
+    """Block 1 over conditions cond [B, T, H] and tokens x_{t+1}, then one block per M in `ms`
+    (block b conditioned on block b-1's slot M_b - 1, tokens offset by M_2 + ... + M_b).
+    Returns each block's hidden [B, T, K, H]."""
+    b, t = tokens.shape
+    c = model.c
+    k = c.block_size
+    key_ok = jnp.repeat(valid.astype(bool), k, axis=1)[:, None, :]  # [B, 1, T*K]
+    zeros = jnp.zeros((b, t * k, c.num_kv_heads, c.head_dim), jnp.dtype(c.dtype))
+    idx = jnp.arange(t)
+    offset, kvs, hiddens = 0, [], []
+    for blk in range(len(ms) + 1):
+        if blk == 0:
+            mask = block_mask(t, k)[None] & key_ok
+        else:
+            cond = jnp.take(hiddens[-1], ms[blk - 1] - 1, axis=2)
+            offset = offset + ms[blk - 1]
+            mask = later_block_mask(t, k, blk, ms)[None] & jnp.concatenate([key_ok] * (blk + 1), axis=2)
+        caches = tuple((jnp.concatenate([kv[layer][0] for kv in kvs] + [zeros], axis=1),
+                        jnp.concatenate([kv[layer][1] for kv in kvs] + [zeros], axis=1))
+                       for layer in range(c.num_layers))
+        tok = shift(tokens, 1 + offset)
+        pos = jnp.broadcast_to(idx + offset, (b, t))
+        hidden, caches = model.block(cond, jnp.take(embed, tok, axis=0), pos, mask, caches,
+                                     jnp.full((b,), blk * t * k, jnp.int32))
+        kvs.append(tuple((ck[:, blk * t * k:], cv[:, blk * t * k:]) for ck, cv in caches))
+        hiddens.append(hidden)
+    return hiddens
+
+
+def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, valid, key, *,
+                   num_blocks: int = 3, decay: float = 0.8, valid_prefix: bool = True,
+                   rank_weight: float = 1.0, loss_fraction: float = 1.0):
+    """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T].
+    Every block runs over all T positions (they are each other's keys); its loss is taken at all
+    of them or, to bound the cost of the vocabulary-wide soft CE, at a random `loss_fraction` of
+    them per block and step (an unbiased sample of the same loss). Returns (loss, metrics)."""
+    b, t = tokens.shape
+    k = model.c.block_size
+    p_target = jax.nn.softmax(target_logits.astype(jnp.float32), axis=-1)
+    want = jnp.argmax(target_logits, axis=-1)
+    data = (loss_mask * valid).astype(jnp.float32)
+    ms = [jax.random.randint(jax.random.fold_in(key, blk), (), 1, k + 1) for blk in range(1, num_blocks)]
+    hiddens = run_blocks(model, embed, model.features(target_hidden), tokens, valid, ms)
+    total, metrics, offset = 0.0, {}, 0
+    for blk, hidden in enumerate(hiddens):
+        offset = offset + (ms[blk - 1] if blk else 0)
+        # the loss rows: every position, or a random `loss_fraction` of them (data rows first)
+        sel = loss_rows(jax.random.fold_in(key, 100 + blk), shift(data, 1 + offset), loss_fraction)
+        h_sel = jnp.take_along_axis(hidden, sel[:, :, None, None], axis=1)  # [B, R, K, H]
+        logits = model.logits(h_sel)
+        logq = jax.nn.log_softmax(logits, axis=-1)
+        ahead = sel[:, :, None] + 1 + offset + jnp.arange(k)  # [B, R, K] index of p predicting
+        inside = ahead < t
+        flat = jnp.clip(ahead, 0, t - 1).reshape(b, -1)
+        rows = sel.shape[1]
+        target_p = jnp.take_along_axis(p_target, flat[:, :, None], axis=1).reshape(b, rows, k, -1)
+        want_k = jnp.take_along_axis(want, flat, axis=1).reshape(b, rows, k)
+        mask_k = jnp.take_along_axis(data, flat, axis=1).reshape(b, rows, k) * inside
+        loss, per_slot, acc = draft_loss(logq, target_p, want_k, mask_k, decay, valid_prefix)
+        rank = jnp.sum(logq > jnp.take_along_axis(logq, want_k[..., None], axis=-1), axis=-1)
+        r_loss, r_acc = rank_loss(model.rank_logits(h_sel, logits), rank_class(rank), mask_k)
+        total = total + loss + rank_weight * r_loss
+        name = f"b{blk + 1}"
+        metrics[f"{name}_loss"] = loss
+        metrics[f"{name}_rank_loss"] = r_loss
+        metrics[f"{name}_rank_acc"] = r_acc
+        for j in range(k):
+            metrics[f"{name}_acc_{j}"] = acc[j]
+    return total, metrics
+
+
+class SpecBlockTask:
+    """TrainTask for SpecBlock (see specblock_jax/training/task.py)."""
+
+    DECODING = ("num_nodes", "max_blocks", "beam", "branch", "root_branch", "rank_tree", "fixed_branch")
+
+    def __init__(self, cfg: dict, target: Target):
+        self.cfg, self.target = cfg, target
+        layers = cfg.get("feature_layers")
+        self.config = SpecBlockConfig.for_target(
+            target.config, tuple(layers) if layers else None,
+            num_layers=int(cfg.get("drafter_layers", 2)), block_size=int(cfg.get("block_size", 4)),
+            layer_shift=bool(cfg.get("layer_shift", True)), rank_hidden=int(cfg.get("rank_hidden", 256)))
+        self.graphdef, _ = init_specblock(self.config)
+        self.num_blocks = int(cfg.get("num_blocks", 3))
+        self.decay = float(cfg.get("slot_decay", 0.8))
+        self.valid_prefix = bool(cfg.get("valid_prefix", True))
+        self.rank_weight = float(cfg.get("rank_weight", 1.0))
+        self.loss_fraction = float(cfg.get("loss_fraction", 1.0))
+
+    def init_params(self, key):
+        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+        head = nnx.merge(self.target.graphdef, self.target.params).head_weight()
+        return init_specblock(self.config, seed, lm_head=head)[1]
+
+    def frozen(self):
+        return self.target.params
+
+    def loss_fn(self, params, frozen, batch, key):
+        tokens, valid = batch["tokens"], batch["attention_mask"]
+        b, t = tokens.shape
+        out = apply(self.target.graphdef, frozen, tokens, positions_from_valid(valid),
+                    causal_mask(b, t, valid), hidden_ids=self.config.feature_layers)
+        hidden, logits = jax.lax.stop_gradient((out.hidden, out.logits))
+        model = nnx.merge(self.graphdef, params)
+        embed = jax.lax.stop_gradient(frozen["embed_tokens"])
+        return specblock_loss(model, embed, hidden, logits, tokens, batch["loss_mask"], valid, key,
+                              num_blocks=self.num_blocks, decay=self.decay,
+                              valid_prefix=self.valid_prefix, rank_weight=self.rank_weight,
+                              loss_fraction=self.loss_fraction)
+
+    def drafter(self) -> SpecBlockDrafter:
+        settings = {k: self.cfg[k] for k in self.DECODING if self.cfg.get(k) is not None}
+        if "branch" in settings:
+            settings["branch"] = tuple(settings["branch"])
+        return SpecBlockDrafter(self.config, self.graphdef, **settings)
+
+    def decoding_drafter(self, params):
+        return self.drafter(), {"draft": params, "embed": self.target.params["embed_tokens"]}
+
+    def export(self, params, out_dir: str) -> None:
+        save_drafter(self.drafter(), params, out_dir)
+
+
+register_task("specblock", SpecBlockTask)

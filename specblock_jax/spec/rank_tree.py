@@ -1,0 +1,171 @@
+"""SpecBlock draft trees: blocks of K chained greedy tokens, branched where the rank head doubts.
+
+A block is one drafter forward from a leaf X: K slots whose greedy tokens form a chain under X
+(slot k sits at depth depth(X) + 1 + k). The rank head predicts, per slot, the class of the
+target token's rank in that slot's draft distribution: 0 = rank 1, 1 = ranks 2-4, 2 = ranks 5-10,
+3 = beyond (give up). From those classes (when `rank_tree`):
+  - slot k gets `branch[class]` alternatives (its ranks 2, 3, ... tokens as siblings of the chain
+    node); slot 0 of the first block gets at least `root_branch`;
+  - a give-up at slot k stops the chain after it (no later slots, no alternatives at k);
+  - the next block continues from the deepest confident slot: M = the first slot whose class is
+    not 0, plus one unless that class is give-up (M = K when every slot is confident); the
+    `beam` best of the chain node at slot M - 1 and its alternatives become the next level's
+    leaves (none when M = 0), drafted together in one batched forward.
+Without the rank head (`rank_tree=False`) every slot gets `fixed_branch` alternatives, nothing
+gives up and the next block continues from the last slot.
+
+All candidates are scored by cumulative draft log-prob; a later block's token that repeats a
+sibling from an earlier block (same parent, same token) is merged into it (its children move to the
+twin, which keeps the better score); the best N - 1 form the tree (`select_tree`). Shapes are
+static: per level `beam` blocks (one at level 1) of K * (1 + W) candidates, W = the widest branch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from specblock_jax.spec.dynamic_tree import select_tree
+from specblock_jax.spec.tree import DraftTree
+
+GIVE_UP = 3
+RANK_EDGES = (1, 4, 10)  # rank < 1 -> class 0, < 4 -> 1, < 10 -> 2, else 3 (0-based ranks)
+
+
+def rank_class(rank: jax.Array) -> jax.Array:
+    """0-based rank of the target token in the draft distribution -> class 0..3."""
+    return sum((rank >= e).astype(jnp.int32) for e in RANK_EDGES)
+
+
+@dataclasses.dataclass(frozen=True)
+class RankTreeSettings:
+    num_nodes: int = 16
+    max_blocks: int = 2  # blocks along a path (levels); level 1 comes with the verifier update
+    beam: int = 1  # leaves drafted from at each later level
+    branch: tuple[int, ...] = (0, 3, 9, 0)  # alternatives per predicted class
+    root_branch: int = 3
+    rank_tree: bool = True
+    fixed_branch: int = 2
+
+    @property
+    def width(self) -> int:
+        return max(max(self.branch), self.root_branch) if self.rank_tree else self.fixed_branch
+
+    @property
+    def max_children(self) -> int:
+        # a node's children: the next slot of its own block (+ alternatives) and the first slot
+        # of a block drafted from it (+ alternatives)
+        return min(self.num_nodes - 1, 2 * (1 + self.width))
+
+
+class Level:
+    """Candidates of one level: arrays [B, P, K, 1 + W] flattened to [B, P*K*(1+W)] on demand."""
+
+    def __init__(self, tokens, scores, valid, parents, cont_slot):
+        self.tokens, self.scores, self.valid, self.parents = tokens, scores, valid, parents
+        self.cont_slot = cont_slot  # [B, P] slot the next block continues from (-1 = none)
+
+
+def _level(s: RankTreeSettings, logp, cls, parent, parent_score, alive, offset: int, first: bool):
+    """logp [B, P, K, V] fp32, cls [B, P, K]; parent [B, P] candidate index (-1 = root),
+    parent_score [B, P], alive [B, P] bool; offset: index of this level's first candidate."""
+    b, p, k, v = logp.shape
+    w = min(s.width, v - 1)
+    lp, tok = jax.lax.optimization_barrier(jax.lax.top_k(logp, 1 + w))  # [B, P, K, 1 + W]
+    slot = jnp.arange(k)
+    if s.rank_tree:
+        giveup = cls == GIVE_UP
+        stopped = (jnp.cumsum(giveup, axis=-1) - giveup) > 0  # a give-up strictly before
+        width = jnp.where(giveup, 0, jnp.asarray(s.branch, jnp.int32)[cls])
+        if first:
+            width = width.at[:, :, 0].set(jnp.maximum(width[:, :, 0], s.root_branch))
+        doubt = cls != 0
+        j = jnp.argmax(doubt, axis=-1)  # first doubtful slot
+        cls_j = jnp.take_along_axis(cls, j[..., None], axis=-1)[..., 0]
+        m = jnp.where(jnp.any(doubt, axis=-1), j + (cls_j != GIVE_UP), k)
+    else:
+        stopped = jnp.zeros((b, p, k), bool)
+        width = jnp.full((b, p, k), s.fixed_branch, jnp.int32)
+        m = jnp.full((b, p), k, jnp.int32)
+    chain = parent_score[..., None] + jnp.cumsum(lp[..., 0], axis=-1)  # [B, P, K]
+    before = jnp.concatenate([parent_score[..., None], chain[..., :-1]], axis=-1)
+    r = jnp.arange(1 + w)
+    valid = alive[:, :, None, None] & ~stopped[..., None] & (r <= width[..., None])
+    scores = jnp.where(valid, before[..., None] + lp, -jnp.inf)
+    scores = scores.at[..., 0].set(jnp.where(valid[..., 0], chain, -jnp.inf))
+    chain_idx = offset + ((jnp.arange(p)[:, None] * k + slot[None, :]) * (1 + w))  # [P, K]
+    prev = jnp.concatenate([jnp.broadcast_to(parent[:, :, None], (b, p, 1)),
+                            jnp.broadcast_to(chain_idx[None, :, :-1], (b, p, k - 1))], axis=-1)
+    parents = jnp.broadcast_to(prev[..., None], (b, p, k, 1 + w))
+    cont = jnp.where(alive & (m > 0), m - 1, -1)
+    return Level(tok.astype(jnp.int32), scores, valid, parents.astype(jnp.int32), cont)
+
+
+def _flat(x):
+    return x.reshape(x.shape[0], -1)
+
+
+def _leaves(s: RankTreeSettings, lv: Level, offset: int):
+    """The `beam` best candidates among each block's continuation slot: (index [B, beam] absolute,
+    block [B, beam], slot [B, beam], token, score, alive)."""
+    b, p, k, r = lv.tokens.shape
+    slot = jnp.maximum(lv.cont_slot, 0)  # [B, P]
+    pick = lambda x: jnp.take_along_axis(x, slot[:, :, None, None], axis=2)[:, :, 0]  # noqa: E731
+    sc = jnp.where(lv.cont_slot[..., None] >= 0, pick(lv.scores), -jnp.inf)  # [B, P, R]
+    beam = min(s.beam, p * r)
+    best, flat = jax.lax.top_k(sc.reshape(b, -1), beam)
+    blk, alt = flat // r, flat % r
+    slot_of = jnp.take_along_axis(slot, blk, axis=1)
+    index = offset + (blk * k + slot_of) * r + alt
+    token = jnp.take_along_axis(pick(lv.tokens).reshape(b, -1), flat, axis=1)
+    return index, blk, slot_of, token, best, jnp.isfinite(best)
+
+
+# expand(carry, leaf_block [B, P], leaf_slot [B, P], leaf_token [B, P], level: int)
+#   -> (carry, logp [B, P, K, V], cls [B, P, K]): one drafter forward of a block from each leaf.
+Expand = Callable[[Any, jax.Array, jax.Array, jax.Array, int], tuple[Any, jax.Array, jax.Array]]
+
+
+def _merge_twins(tokens, parents, scores, passes: int):
+    """Merges a candidate into an earlier sibling with the same token (children re-parented,
+    the twin keeps the better score, the duplicate is dropped)."""
+    b, m = tokens.shape
+    idx = jnp.arange(m)
+    for _ in range(passes):
+        live = jnp.isfinite(scores)
+        same = ((parents[:, :, None] == parents[:, None, :]) & (tokens[:, :, None] == tokens[:, None, :])
+                & live[:, :, None] & live[:, None, :] & (idx[None, :] < idx[:, None])[None])
+        dup = jnp.any(same, axis=-1)  # [B, M]
+        twin = jnp.argmax(same, axis=-1)  # the first earlier twin
+        best = jnp.where(dup, jnp.maximum(scores, jnp.take_along_axis(scores, twin, axis=1)), -jnp.inf)
+        gain = jnp.full((b, m), -jnp.inf).at[jnp.arange(b)[:, None], jnp.where(dup, twin, m)].max(
+            best, mode="drop")
+        scores = jnp.where(dup, -jnp.inf, jnp.maximum(scores, gain))
+        moved = jnp.take_along_axis(dup, jnp.maximum(parents, 0), axis=1) & (parents >= 0)
+        parents = jnp.where(moved, jnp.take_along_axis(twin, jnp.maximum(parents, 0), axis=1), parents)
+    return parents, scores
+
+
+def build_rank_tree(s: RankTreeSettings, root: jax.Array, logp: jax.Array, cls: jax.Array,
+                    expand: Expand, carry: Any) -> tuple[DraftTree, Any]:
+    """root [B]; logp [B, K, V] and cls [B, K] of the first block (drafted from the root)."""
+    b = root.shape[0]
+    zero = jnp.zeros((b, 1))
+    levels = [_level(s, logp[:, None], cls[:, None], jnp.full((b, 1), -1, jnp.int32), zero,
+                     jnp.ones((b, 1), bool), 0, True)]
+    offset = _flat(levels[0].tokens).shape[1]
+    start = 0
+    for d in range(2, s.max_blocks + 1):
+        index, blk, slot, token, score, alive = _leaves(s, levels[-1], start)
+        carry, lp, c = expand(carry, blk, slot, token, d)
+        levels.append(_level(s, lp, c, index, score, alive, offset, False))
+        start = offset
+        offset += _flat(levels[-1].tokens).shape[1]
+    tokens = jnp.concatenate([_flat(lv.tokens) for lv in levels], axis=1)
+    parents = jnp.concatenate([_flat(lv.parents) for lv in levels], axis=1)
+    scores = jnp.concatenate([_flat(lv.scores) for lv in levels], axis=1)
+    parents, scores = _merge_twins(tokens, parents, scores, s.max_blocks - 1)
+    return select_tree(root, tokens, parents, scores, s.num_nodes), carry
