@@ -1,0 +1,278 @@
+"""SpecBlock: masks and shift by hand, valid-prefix and rank-chain losses on constructed examples,
+training == decoding for blocks 1 and 2, the rank-head tree, losslessness, training, save/load."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+import specblock_jax as sbj
+import specblock_jax.drafters.specblock as specblock_module
+from specblock_jax.drafters.base import DraftContext, Prefill
+from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer_shift
+from specblock_jax.drafters.specblock_train import (SpecBlockTask, draft_loss, later_block_mask,
+                                                    rank_loss, run_blocks)
+from specblock_jax.spec.rank_tree import RankTreeSettings, build_rank_tree, rank_class
+from test_speculative import _chi_square_pvalue, _exact_pair_distribution
+
+V = 32
+
+
+def test_block_masks_match_hand_written_matrices_for_k3():
+    # two positions, K = 3: entry e = i * 3 + k sees every e' <= e
+    np.testing.assert_array_equal(np.asarray(block_mask(2, 3)), np.tril(np.ones((6, 6), bool)))
+    # block 2 drafted from slot M - 1 = 1: block-1 entries before i * 3 + 2, own slots <= k
+    expected = np.array([
+        # block 1 (i=0 | i=1)   block 2 (i=0 | i=1)
+        [1, 1, 0, 0, 0, 0,      1, 0, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0,      1, 1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0, 0,      1, 1, 1, 0, 0, 0],
+        [1, 1, 1, 1, 1, 0,      0, 0, 0, 1, 0, 0],
+        [1, 1, 1, 1, 1, 0,      0, 0, 0, 1, 1, 0],
+        [1, 1, 1, 1, 1, 0,      0, 0, 0, 1, 1, 1]], bool)
+    np.testing.assert_array_equal(np.asarray(later_block_mask(2, 3, 1, [2])), expected)
+    # block 3 from slot 0 of block 2: block 2's first slot at the own position is visible too
+    m3 = np.asarray(later_block_mask(2, 3, 2, [2, 1]))
+    np.testing.assert_array_equal(m3[:, 6:12], np.array([[1, 0, 0, 0, 0, 0]] * 3 + [[0, 0, 0, 1, 0, 0]] * 3, bool))
+    np.testing.assert_array_equal(m3[:, 12:], expected[:, 6:])
+
+
+def test_layer_shift_is_exactly_the_formula():
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(2, 5, 4, 8)).astype(np.float32)
+    w = rng.normal(size=(16, 8)).astype(np.float32)
+    got = np.asarray(layer_shift(jnp.asarray(h), jnp.asarray(w)))
+    for k in range(4):
+        prev = h[:, :, k - 1] if k else h[:, :, 0]
+        np.testing.assert_allclose(got[:, :, k], h[:, :, k] @ w[:8] + prev @ w[8:], rtol=1e-5, atol=1e-5)
+
+
+def _logq(argmaxes, v=5):
+    """[1, P, K, v] log-probs whose argmax per (position, slot) is given."""
+    x = np.full((1, len(argmaxes), len(argmaxes[0]), v), -3.0, np.float32)
+    for p, row in enumerate(argmaxes):
+        for k, a in enumerate(row):
+            x[0, p, k, a] = 0.0
+            x[0, p, k, (a + 1) % v] = -1.0 - 0.1 * (p + k)
+    return jax.nn.log_softmax(jnp.asarray(x), -1)
+
+
+def test_valid_prefix_loss_ignores_slots_after_the_first_error():
+    want = jnp.asarray([[[0, 1, 2, 3], [0, 1, 2, 3]]])
+    logq = _logq([[0, 4, 2, 3], [0, 1, 2, 3]])  # position 0: slot 1 wrong; position 1: all right
+    target_p = jax.nn.one_hot(want, 5)
+    mask = jnp.ones((1, 2, 4))
+    ce = -np.asarray(jnp.sum(target_p * logq, -1))[0]  # [P, K]
+    _, per_slot, acc = draft_loss(logq, target_p, want, mask, 0.8, valid_prefix=True)
+    # slots 0-1 average both positions; slots 2-3 only position 1 (position 0 failed at slot 1)
+    np.testing.assert_allclose(np.asarray(per_slot), [ce[:, 0].mean(), ce[:, 1].mean(), ce[1, 2], ce[1, 3]],
+                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(acc), [1, 0.5, 1, 1])
+    _, plain, _ = draft_loss(logq, target_p, want, mask, 0.8, valid_prefix=False)
+    np.testing.assert_allclose(np.asarray(plain), ce.mean(0), rtol=1e-6)
+    # what the drafter says after the error at position 0 does not matter
+    worse = logq.at[0, 0, 2:].set(jnp.log(jnp.full((2, 5), 0.2)))
+    total, _, _ = draft_loss(logq, target_p, want, mask, 0.8, True)
+    total2, _, _ = draft_loss(worse, target_p, want, mask, 0.8, True)
+    assert float(total) == pytest.approx(float(total2), rel=1e-7)
+
+
+def test_rank_loss_drops_slots_after_the_first_misranked_one():
+    true_cls = jnp.asarray([[[0, 2, 1, 3]]])
+    logits = jnp.asarray(np.eye(4, dtype=np.float32)[[0, 1, 1, 3]] * 5)[None, None]  # slot 1 wrong
+    mask = jnp.ones((1, 1, 4))
+    base, acc = rank_loss(logits, true_cls, mask)
+    assert float(acc) == pytest.approx(0.75)
+    changed, _ = rank_loss(logits.at[0, 0, 2:].set(0.0), true_cls, mask)
+    assert float(changed) == pytest.approx(float(base), rel=1e-6)  # slots 2-3 are dropped
+    moved, _ = rank_loss(logits.at[0, 0, 1].set(0.0), true_cls, mask)
+    assert float(moved) != pytest.approx(float(base), rel=1e-3)  # the mis-ranked slot counts
+    # under-estimating the rank costs more than over-estimating it by as much
+    under, _ = rank_loss(jnp.asarray([[[[5.0, 0, 0, 0]]]]), jnp.asarray([[[1]]]), jnp.ones((1, 1, 1)))
+    over, _ = rank_loss(jnp.asarray([[[[0, 0, 5.0, 0]]]]), jnp.asarray([[[1]]]), jnp.ones((1, 1, 1)))
+    assert float(under) > float(over)
+    np.testing.assert_array_equal(np.asarray(rank_class(jnp.asarray([0, 1, 3, 4, 9, 10, 500]))),
+                                  [0, 1, 1, 2, 2, 3, 3])
+
+
+# ------------------------------------------------------------------ the rank-head tree
+
+
+def _paths(tree):
+    toks, pars, valid = (np.asarray(x)[0] for x in (tree.tokens, tree.parents, tree.valid))
+    out = set()
+    for i in range(1, len(toks)):
+        if valid[i]:
+            path, j = [], i
+            while j > 0:
+                path.append(int(toks[j]))
+                j = int(pars[j])
+            out.add(tuple(reversed(path)))
+    return out
+
+
+def test_rank_tree_branches_gives_up_continues_and_merges_twins():
+    k, v = 4, 16
+    # block 1: slot s prefers token 10 + s, then 1, 2, 3, ... (alternatives)
+    lp1 = np.full((1, k, v), -9.0, np.float32)
+    for s in range(k):
+        lp1[0, s, 10 + s] = -0.1
+        lp1[0, s, 1:4] = [-2.0, -2.5, -3.0]
+    cls1 = jnp.asarray([[0, 1, 0, 3]])  # slot 1 doubtful (ranks 2-4), slot 3 gives up
+    # block 2 (drafted from slot 1's chain node, M = 2): its slot 0 repeats block 1's slot 2 token
+    lp2 = np.full((1, 1, k, v), -9.0, np.float32)
+    for s in range(k):
+        lp2[0, 0, s, [12, 5, 6, 7][s]] = -0.2
+    seen = {}
+
+    def expand(carry, blk, slot, token, level):
+        seen.update(blk=np.asarray(blk).tolist(), slot=np.asarray(slot).tolist(),
+                    token=np.asarray(token).tolist(), level=level)
+        return carry, jnp.asarray(lp2), jnp.zeros((1, 1, k), jnp.int32)
+
+    s = RankTreeSettings(num_nodes=40, max_blocks=2, beam=1, branch=(0, 2, 9, 0), root_branch=1)
+    tree, _ = build_rank_tree(s, jnp.asarray([0]), jax.nn.log_softmax(jnp.asarray(lp1), -1), cls1, expand, None)
+    assert seen == {"blk": [[0]], "slot": [[1]], "token": [[11]], "level": 2}
+    chain = [(10,), (10, 11), (10, 11, 12), (10, 11, 12, 13)]
+    alts = [(1,), (10, 1), (10, 2)]  # slot 0: root_branch 1; slot 1 (class 1): 2; slot 3 gives up
+    block2 = [(10, 11, 12), (10, 11, 12, 5), (10, 11, 12, 5, 6), (10, 11, 12, 5, 6, 7)]  # first merged
+    assert _paths(tree) == set(chain + alts + block2)
+    # the same tree with the rank head off: 2 alternatives everywhere, next block from slot 3
+    s_fixed = RankTreeSettings(num_nodes=40, max_blocks=2, rank_tree=False, fixed_branch=2)
+    tree, _ = build_rank_tree(s_fixed, jnp.asarray([0]), jax.nn.log_softmax(jnp.asarray(lp1), -1), cls1,
+                              expand, None)
+    assert seen["slot"] == [[3]] and seen["token"] == [[13]]
+    assert len(_paths(tree)) == 4 * 3 + 4 * 3
+
+
+# ------------------------------------------------------------------ drafter on a tiny target
+
+
+@pytest.fixture(scope="module")
+def target():
+    cfg = sbj.models.config.tiny(vocab_size=V, num_layers=4, eos_token_ids=())
+    t = sbj.init_target(cfg, seed=7)
+    params = dict(t.params)
+    params["lm_head"] = params["lm_head"] * 15.0  # a non-uniform target distribution
+    return t.replace(params=params)
+
+
+@pytest.fixture(scope="module")
+def task(target):
+    return SpecBlockTask({"num_nodes": 12, "num_blocks": 2}, target)
+
+
+def test_training_blocks_match_decoding_blocks(target, task, monkeypatch):
+    """Block 1 at the last prompt position == the state after prefill; block 2 drafted from slot
+    j == the training block 2 with M = j + 1 whose token M ahead is the leaf's token."""
+    params = task.init_params(jax.random.key(1))
+    bundle = {"draft": params, "embed": target.params["embed_tokens"]}
+    drafter = SpecBlockDrafter(task.config, task.graphdef, num_nodes=12)
+    model = nnx.merge(task.graphdef, params)
+    prefix, root, j, leaf = [5, 1, 7, 2, 6], 3, 1, 9
+    seq = prefix + [root] + [4] * j + [leaf] + [0, 0, 0]
+    tok = jnp.asarray([seq])
+    out = sbj.models.apply(target.graphdef, target.params, tok, jnp.arange(len(seq))[None],
+                           sbj.models.causal_mask(1, len(seq)), hidden_ids=task.config.feature_layers)
+    train1, train2 = run_blocks(model, target.params["embed_tokens"], model.features(out.hidden), tok,
+                                jnp.ones_like(tok), [j + 1])
+    p = len(prefix)
+    pre = Prefill(jnp.asarray([prefix + [0, 0]]), jnp.asarray([p]), out.hidden[:, :p + 2],
+                  out.logits[:, p - 1], jnp.asarray([root]))
+    state = drafter.init_state(bundle, pre, 32)
+    np.testing.assert_allclose(np.asarray(state["logp"][0]),
+                               np.asarray(jax.nn.log_softmax(model.logits(train1[0, p - 1]), -1)), atol=2e-5)
+    captured = {}
+
+    def fake_tree(settings, root_, logp, cls, expand, carry):
+        carry, lp, _ = expand(carry, jnp.zeros((1, 1), jnp.int32), jnp.full((1, 1), j, jnp.int32),
+                              jnp.full((1, 1), leaf, jnp.int32), 2)
+        captured["logp"] = lp
+        return sbj.spec.DraftTree(jnp.zeros((1, 12), jnp.int32), sbj.spec.chain_parents(1, 12),
+                                  jnp.ones((1, 12), bool)), carry
+
+    monkeypatch.setattr(specblock_module, "build_rank_tree", fake_tree)
+    ctx = DraftContext(jnp.zeros((1, 40), jnp.int32), jnp.asarray([p + 1]), jnp.asarray([root]), jnp.asarray([p]))
+    drafter.propose(bundle, state, ctx, None)
+    np.testing.assert_allclose(np.asarray(captured["logp"][0, 0]),
+                               np.asarray(jax.nn.log_softmax(model.logits(train2[0, p - 1]), -1)), atol=2e-5)
+
+
+@pytest.mark.parametrize("settings,batches", [({}, (1, 4)),
+                                              ({"rank_tree": False, "max_blocks": 3, "beam": 2, "num_nodes": 20}, (4,))])
+def test_greedy_specblock_decoding_equals_autoregressive(target, task, settings, batches):
+    params = task.init_params(jax.random.key(2))
+    drafter, bundle = task.decoding_drafter(params)
+    drafter = SpecBlockDrafter(drafter.config, drafter.graphdef, **{"num_nodes": 12, **settings})
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, V, rng.integers(1, 17)).tolist() for _ in range(8)]  # one bucket
+    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=4)
+    for batch in batches:
+        spec = sbj.generate(target, prompts, drafter=(drafter, bundle), max_new_tokens=16, batch_size=batch)
+        assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
+    assert drafter.forwards_per_step == drafter.max_blocks
+
+
+def test_sampling_with_specblock_matches_the_target_distribution():
+    """The engine's distribution test (test_speculative.py) with a SpecBlock drafter on V = 8."""
+    cfg = sbj.models.config.tiny(vocab_size=8, eos_token_ids=())
+    t = sbj.init_target(cfg, seed=5)
+    params = dict(t.params)
+    params["lm_head"] = params["lm_head"] * 15.0
+    small = t.replace(params=params)
+    # one block, 7 alternatives per slot and room for all 4 * 8 candidates: every depth-1 token is
+    # a sibling (8 children verified by recursive rejection) with chains below, so drafts get
+    # accepted whatever this untrained drafter prefers
+    sb_task = SpecBlockTask({"num_nodes": 33, "max_blocks": 1, "rank_tree": False, "fixed_branch": 7}, small)
+    drafter = sb_task.decoding_drafter(sb_task.init_params(jax.random.key(4)))
+    prompt, draws = [1, 2, 3], 6000
+    res = sbj.generate(small, [prompt] * draws, drafter=drafter, temperature=1.0, max_new_tokens=3,
+                       batch_size=1000, seed=11)
+    counts = np.zeros((8, 8))
+    for r in res:
+        counts[r.token_ids[1], r.token_ids[2]] += 1
+    exact = _exact_pair_distribution(small, prompt, 1.0)
+    assert _chi_square_pvalue(counts, exact) > 1e-3
+    assert _chi_square_pvalue(counts, _exact_pair_distribution(small, prompt, 1.25)) < 1e-6
+    assert np.mean([r.stats["tau"] == 2 for r in res]) > 0.1  # drafts were accepted
+
+
+def test_train_steps_reduce_the_loss_on_a_fixed_batch(target):
+    task = SpecBlockTask({"num_blocks": 3}, target)
+    rng = np.random.default_rng(4)
+    tokens = jnp.asarray(rng.integers(0, V, (4, 24)), jnp.int32)
+    batch = {"tokens": tokens, "loss_mask": jnp.ones_like(tokens).at[:, :4].set(0),
+             "attention_mask": jnp.ones_like(tokens)}
+    params = task.init_params(jax.random.key(0))
+    opt = optax.adam(3e-3)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state):
+        (loss, metrics), grads = jax.value_and_grad(task.loss_fn, has_aux=True)(
+            params, task.frozen(), batch, jax.random.key(0))
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss, metrics
+
+    losses = []
+    for _ in range(25):
+        params, state, loss, metrics = step(params, state)
+        losses.append(float(loss))
+    assert losses[-1] < 0.7 * losses[0]
+    assert {f"b{b}_acc_{j}" for b in (1, 2, 3) for j in range(4)} <= set(metrics)
+    assert 0 <= float(metrics["b1_rank_acc"]) <= 1
+
+
+def test_save_and_load_round_trip_with_overrides(target, task, tmp_path):
+    params = task.init_params(jax.random.key(5))
+    drafter, _ = task.decoding_drafter(params)
+    sbj.save_drafter(drafter, params, tmp_path, dtype="float32")
+    loaded, loaded_params = sbj.load_drafter(tmp_path, target, rank_tree=False)
+    assert loaded.config == drafter.config and loaded.branch == drafter.branch
+    assert loaded.rank_tree is False and drafter.rank_tree is True
+    for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded_params["draft"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
