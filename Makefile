@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 OUT := outputs
-METHODS := ar,prompt_lookup,assets/drafters/eagle3
+METHODS := ar,prompt_lookup,assets/drafters/eagle3,assets/drafters/specblock,assets/drafters/dflash,assets/drafters/blockpilot
 
 .PHONY: run test clean
 

@@ -33,6 +33,15 @@ from specblock_jax.decoding.generate import resolve_drafter
 from infer.decode import DEFAULT_TARGET, check_method, read_prompts, resolve_method
 
 
+def method_label(method: str) -> str:
+    """Short name for files and plots: the drafter folder's name (its parent's for an `export`
+    folder) with any ':key=value' overrides."""
+    base, sep, rest = method.partition(":")
+    path = Path(base)
+    name = path.parent.name if path.name == "export" and path.parent.name else path.name
+    return name + sep + rest
+
+
 def drafter_forwards_per_step(drafter) -> int:
     """Drafter forwards per decoding step (0 for ar and prompt lookup)."""
     resolved = resolve_drafter(drafter)
@@ -101,7 +110,7 @@ def plot(rows: list[dict], path: Path) -> None:
         axes[1].bar(x, [sub[m]["tau_median"] for m in methods], width, label=f"T={t:g}, batch {b}")
     for ax, title in zip(axes, ("speedup vs target-only (tokens/s ratio)", "tau (median over prompts)")):
         ax.set_xticks(np.arange(len(methods)) + width * (len(groups) - 1) / 2)
-        ax.set_xticklabels([Path(m).name for m in methods])
+        ax.set_xticklabels([method_label(m) for m in methods], rotation=20, fontsize=8)
         ax.set_title(title)
         ax.axhline(1.0, color="gray", lw=0.8)
         ax.legend()
@@ -159,7 +168,7 @@ def main(argv=None) -> int:
         "batch_sizes": [int(b) for b in str(args.batch_size).split(",")], "max_new_tokens": args.max_new_tokens, "seed": args.seed,
     }
     for r in rows:  # every method's completions, for inspection
-        name = f"outputs_{Path(r['method']).name}_T{r['temperature']:g}_b{r['batch_size']}.jsonl"
+        name = f"outputs_{method_label(r['method'])}_T{r['temperature']:g}_b{r['batch_size']}.jsonl"
         with (args.out_dir / name).open("w", encoding="utf-8") as f:
             for rec, ids, text in zip(records, r["token_ids"], r["texts"]):
                 f.write(json.dumps({"id": rec["id"], "text": text, "token_ids": ids}, ensure_ascii=False) + "\n")
