@@ -168,7 +168,8 @@ def main(argv=None) -> int:
         "batch_sizes": [int(b) for b in str(args.batch_size).split(",")], "max_new_tokens": args.max_new_tokens, "seed": args.seed,
     }
     for r in rows:  # every method's completions, for inspection
-        name = f"outputs_{method_label(r['method'])}_T{r['temperature']:g}_b{r['batch_size']}.jsonl"
+        label = method_label(r["method"]).replace(":", "__").replace("=", "-")  # portable file names
+        name = f"outputs_{label}_T{r['temperature']:g}_b{r['batch_size']}.jsonl"
         with (args.out_dir / name).open("w", encoding="utf-8") as f:
             for rec, ids, text in zip(records, r["token_ids"], r["texts"]):
                 f.write(json.dumps({"id": rec["id"], "text": text, "token_ids": ids}, ensure_ascii=False) + "\n")
