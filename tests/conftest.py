@@ -72,3 +72,20 @@ def tiny_ckpt(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny_target")
     sbj.save_target(sbj.init_target(cfg, seed=2, tokenizer=tok), path)
     return path
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_executables():
+    """Drops every cached executable after each test module. The suite compiles hundreds of XLA:CPU
+    executables; kept alive together they crashed XLA inside a later compilation (segfault in the
+    full run, not in any module alone), and no test reuses another module's executables."""
+    yield
+    import gc
+
+    import jax
+
+    from specblock_jax.decoding import compiled
+
+    compiled._EXECUTABLES.clear()
+    jax.clear_caches()
+    gc.collect()
