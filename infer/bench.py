@@ -11,6 +11,10 @@ budget and temperature; compilation is excluded from throughput and reported apa
             share of the loop time it represents; drafter forwards per committed token
   same      fraction of prompts whose tokens equal `ar`'s (must be 1.0 at temperature 0; n/a when
             sampling, whose losslessness is a distribution property tested in the test suite)
+Serving-time adaptation: a drafter method with the suffix `+adapt` (or every drafter method,
+with `--adapt`, next to its plain run) adapts between batches (docs/adaptation.md); its tokens/s
+then counts the adaptation time (compilation excluded, as for decoding), and the run also writes
+its decisions (adapt_<method>_T<t>_b<b>.jsonl) and tau per batch over the run (adapt_tau.png).
 Writes results.json, results.md, speedup.png and every method's completions
 (outputs_<method>_T<temperature>.jsonl) into --out-dir.
 """
@@ -30,7 +34,9 @@ import numpy as np
 
 import specblock_jax as sbj
 from specblock_jax.decoding.generate import resolve_drafter
-from infer.decode import DEFAULT_TARGET, check_method, read_prompts, resolve_method
+from infer.decode import DEFAULT_TARGET, check_method, make_adapter, read_prompts, resolve_method
+
+ADAPT = "+adapt"
 
 
 def method_label(method: str) -> str:
@@ -48,17 +54,37 @@ def drafter_forwards_per_step(drafter) -> int:
     return 0 if resolved is None else int(getattr(resolved[0], "forwards_per_step", 0))
 
 
+def split_adapt(method: str) -> tuple[str, bool]:
+    """'name+adapt' -> ('name', True); other methods -> (method, False)."""
+    return (method[: -len(ADAPT)], True) if method.endswith(ADAPT) else (method, False)
+
+
+def batch_taus(results) -> list[float]:
+    """tau of every batch in decoding order (tokens committed per target forward, bonus included)."""
+    per: dict[int, list[int]] = {}
+    for r in results:
+        acc = per.setdefault(r.stats["batch"], [0, 0])
+        acc[0] += len(r.token_ids) - 1
+        acc[1] += r.stats["target_forwards"] - 1
+    return [t / f if f else 1.0 for t, f in (per[b] for b in sorted(per))]
+
+
 def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
-    drafter = resolve_method(method, target)
+    base, adapt = split_adapt(method)
+    drafter = resolve_method(base, target)
+    adapter = make_adapter(method, drafter, args.adapt_settings) if adapt else None
     results = sbj.generate(target, prompts, drafter=drafter, temperature=temperature,
-                           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size)
+                           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
+                           adapter=adapter)
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
         b = batches.setdefault(r.stats["batch"], {"wall": r.stats["total_time_s"], "tokens": 0,
                                                   "draft": 0.0, "compile": r.stats["compile_s"]})
         b["tokens"] += len(r.token_ids)
         b["draft"] = max(b["draft"], r.stats["draft_time_s"])  # the batch waits for its longest row
-    wall = sum(b["wall"] for b in batches.values())
+    decode_wall = sum(b["wall"] for b in batches.values())
+    adapt_s = adapter.time_s if adapter is not None else 0.0
+    wall = decode_wall + adapt_s  # end to end: adaptation time counts
     tokens = sum(b["tokens"] for b in batches.values())
     draft = sum(b["draft"] for b in batches.values())
     taus = [r.stats["tau"] for r in results if r.stats["tau"] is not None]
@@ -72,7 +98,11 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
         "draft_s_per_token": draft / tokens,
         "draft_forwards_per_token": drafter_forwards_per_step(drafter) * sum(
             r.stats["target_forwards"] for r in results) / tokens, "draft_share": draft / wall,
-        "compile_s": float(sum(b["compile"] for b in batches.values())),
+        "compile_s": float(sum(b["compile"] for b in batches.values()))
+        + (adapter.compile_s if adapter is not None else 0.0),
+        "decode_s": decode_wall, "adapt_s": adapt_s, "batch_taus": batch_taus(results),
+        "adapt": adapter.summary() if adapter is not None else None,
+        "adapt_events": adapter.events if adapter is not None else None,
         "token_ids": [r.token_ids for r in results],
         "texts": [r.text for r in results],
     }
@@ -80,7 +110,8 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
 
 def table(rows: list[dict]) -> str:
     head = ("| T | batch | method | tau median [min, max] | tokens/s | speedup | draft ms/token | draft share "
-            "| draft fwd/token | same as ar | compile s |\n|---|---|---|---|---|---|---|---|---|---|---|")
+            "| draft fwd/token | same as ar | compile s | adapt s (updates/decisions) |"
+            "\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         lines.append(
@@ -89,8 +120,43 @@ def table(rows: list[dict]) -> str:
             f"{1000 * r['draft_s_per_token']:.3f} | {100 * r['draft_share']:.1f}% | "
             f"{r['draft_forwards_per_token']:.2f} | "
             f"{'n/a' if r['same_as_ar'] is None else format(r['same_as_ar'], '.2f')} | "
-            f"{r['compile_s']:.1f} |")
+            f"{r['compile_s']:.1f} | {adapt_cell(r)} |")
     return "\n".join(lines)
+
+
+def adapt_cell(row: dict) -> str:
+    a = row.get("adapt")
+    if not a:
+        return "-"
+    return f"{row['adapt_s']:.1f} ({a['updates']}/{a['decisions']})"
+
+
+def plot_adaptation(rows: list[dict], path: Path, window: int = 8) -> None:
+    """tau per batch over the run (moving average over `window` batches), one line per method, one
+    panel per (temperature, batch size); dots mark batches after which an update was made."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["temperature"], r["batch_size"]) for r in rows})
+    fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4), squeeze=False)
+    for ax, (t, b) in zip(axes[0], groups):
+        for r in rows:
+            if (r["temperature"], r["batch_size"]) != (t, b) or r["method"] == "ar":
+                continue
+            taus = np.asarray(r["batch_taus"])
+            k = min(window, len(taus))
+            smooth = np.convolve(taus, np.ones(k) / k, mode="valid")
+            line, = ax.plot(np.arange(k - 1, len(taus)), smooth, label=method_label(r["method"]))
+            if r.get("adapt_events"):
+                ups = [e["batch"] for e in r["adapt_events"] if e.get("update")]
+                ax.plot(ups, [smooth[max(u - k + 1, 0)] for u in ups], ".", color=line.get_color())
+        ax.set_title(f"tau per batch, moving average of {window} (T={t:g}, batch {b})")
+        ax.set_xlabel("batch (decoding order)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def plot(rows: list[dict], path: Path) -> None:
@@ -129,6 +195,9 @@ def parse_args(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--adapt", action="store_true",
+                   help=f"also run every drafter method with serving-time adaptation ({ADAPT})")
+    p.add_argument("--adapt-settings", default="", help="AdaptConfig keys, e.g. subset=layer,cost_scale=1")
     return p.parse_args(argv)
 
 
@@ -136,8 +205,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
     methods = ["ar"] + [m for m in methods if m != "ar"]
+    if args.adapt:
+        methods = [v for m in methods for v in
+                   ([m, m + ADAPT] if m not in ("ar", "prompt_lookup") and not m.endswith(ADAPT) else [m])]
     for m in methods:
-        check_method(m)  # fail fast on an unknown method
+        check_method(split_adapt(m)[0])  # fail fast on an unknown method
     target = sbj.load_target(args.target)
     records, errors = read_prompts(args.prompts)
     records = records[: args.limit] if args.limit else records
@@ -173,13 +245,19 @@ def main(argv=None) -> int:
         with (args.out_dir / name).open("w", encoding="utf-8") as f:
             for rec, ids, text in zip(records, r["token_ids"], r["texts"]):
                 f.write(json.dumps({"id": rec["id"], "text": text, "token_ids": ids}, ensure_ascii=False) + "\n")
-    summary = [{k: v for k, v in r.items() if k not in ("token_ids", "texts")} for r in rows]
+        if r.get("adapt_events") is not None:
+            with (args.out_dir / name.replace("outputs_", "adapt_")).open("w", encoding="utf-8") as f:
+                for e in r["adapt_events"]:
+                    f.write(json.dumps(e) + "\n")
+    summary = [{k: v for k, v in r.items() if k not in ("token_ids", "texts", "adapt_events")} for r in rows]
     (args.out_dir / "results.json").write_text(json.dumps({"meta": meta, "results": summary}, indent=2))
     md = f"# specblock-bench\n\n{meta['date']}, {meta['machine']['platform']}, " \
          f"{meta['machine']['cpus']} CPUs, backend {meta['machine']['backend']}\n\n" \
          f"`{meta['command']}`\n\n{table(rows)}\n"
     (args.out_dir / "results.md").write_text(md)
     plot(rows, args.out_dir / "speedup.png")
+    if any(r.get("adapt") for r in rows):
+        plot_adaptation(rows, args.out_dir / "adapt_tau.png")
     print("\n" + table(rows))
     print(f"\nwrote {args.out_dir}/results.json, results.md, speedup.png and the completions "
           f"(outputs_*.jsonl)")

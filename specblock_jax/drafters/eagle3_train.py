@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specblock_jax.adaptation.objective import chain_tau, label_logits, register_objective
 from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, init_eagle3
 from specblock_jax.drafters.io import save_drafter
 from specblock_jax.models.layers import attend, rope_cos_sin
@@ -107,4 +108,14 @@ class Eagle3Task:
         save_drafter(self.drafter(), params, out_dir)
 
 
+def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, steps: int = 4):
+    """Serving-time adaptation objective (see adaptation/objective.py): the TTT loss over `steps`
+    steps with the committed tokens as labels; tau proxy from the per-step top-1 accuracies."""
+    model = nnx.merge(drafter.graphdef, params["draft"])
+    logits = label_logits(tokens, drafter.config.vocab_size)
+    loss, metrics = ttt_loss(model, params["embed"], hidden, logits, tokens, loss_mask, valid, steps)
+    return loss, chain_tau(jnp.stack([metrics[f"acc_{j}"] for j in range(steps)]))
+
+
 register_task("eagle3", Eagle3Task)
+register_objective("Eagle3Drafter", eagle3_objective)

@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specblock_jax.adaptation.objective import chain_tau, label_logits, register_objective
 from specblock_jax.drafters.io import save_drafter
 from specblock_jax.drafters.specblock import (RANK_CLASSES, SpecBlockConfig, SpecBlockDrafter,
                                               block_mask, init_specblock)
@@ -228,4 +229,18 @@ class SpecBlockTask:
         save_drafter(self.drafter(), params, out_dir)
 
 
+def specblock_objective(drafter, params, hidden, tokens, loss_mask, valid, key):
+    """Serving-time adaptation objective (see adaptation/objective.py): the offline loss over
+    `drafter.max_blocks` blocks with the committed tokens as labels; tau proxy from block 1's
+    slot accuracies followed by block 2's (a chain)."""
+    model = nnx.merge(drafter.graphdef, params["draft"])
+    logits = label_logits(tokens, drafter.config.vocab_size)
+    blocks = max(drafter.max_blocks, 1)
+    loss, metrics = specblock_loss(model, params["embed"], hidden, logits, tokens, loss_mask, valid,
+                                   key, num_blocks=blocks)
+    acc = [metrics[f"b{b + 1}_acc_{j}"] for b in range(blocks) for j in range(drafter.config.block_size)]
+    return loss, chain_tau(jnp.stack(acc))
+
+
 register_task("specblock", SpecBlockTask)
+register_objective("SpecBlockDrafter", specblock_objective)

@@ -1,0 +1,266 @@
+"""Serving-time drafter adaptation: a replay buffer of free labels, a jitted optax update of a
+parameter subset, and a cost-aware controller deciding when to update.
+
+    adapter = Adapter(drafter, drafter_params, AdaptConfig(subset="layer"))
+    results = sbj.generate(target, prompts, drafter=(drafter, drafter_params), adapter=adapter)
+    adapter.summary(); adapter.events     # decisions, time spent, predicted vs realised gains
+
+After every decoded batch, `generate` hands the adapter the batch's committed tokens and the
+target's hidden states at the drafter's feature layers (collected inside the decode loop from the
+prefill and the verification forwards: no extra target forward). The adapter
+  1. adds them to the replay buffer;
+  2. if the previous batch boundary made an update, scores the old and the new parameters on this
+     batch's fresh rows (a paired tau proxy, see objective.py), feeds the realised gain to the
+     controller, and rolls the update back if it made the drafter worse (`rollback`);
+  3. asks the controller (controller.py) whether one more update round pays over the remaining
+     work; if so runs `steps` optimizer steps (AdamW, gradient clipping) on rows sampled from the
+     buffer, updating only the parameters under `subset`.
+The target decides every committed token, so outputs do not depend on adaptation (greedy output
+is identical; sampling keeps the target's distribution). The adapter's state (parameters, optimizer,
+buffer, controller) lives as long as the object: reuse it across `generate` calls to persist,
+make a new one to reset; `save` writes the adapted drafter folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import traverse_util
+
+from specblock_jax.adaptation.buffer import ReplayBuffer
+from specblock_jax.adaptation.controller import CostAwareController
+from specblock_jax.adaptation.objective import objective_for
+from specblock_jax.decoding.compiled import compiled
+
+
+@dataclasses.dataclass(frozen=True)
+class AdaptConfig:
+    # comma list of weight path prefixes inside the drafter's weights ("layer" matches "layer/..."
+    # and "layer_..."), or "all"
+    subset: str = "all"
+    learning_rate: float = 1e-4
+    steps: int = 4  # optimizer steps per update round
+    batch_rows: int = 4  # buffer rows per optimizer step
+    eval_rows: int = 8  # fresh rows scoring old vs new parameters
+    capacity: int = 64  # replay buffer rows
+    window: int = 384  # positions kept per row (the last ones)
+    min_rows: int = 4  # buffer rows before the first update
+    cost_scale: float = 1.0  # update iff predicted saving > cost_scale * measured cost
+    prior_gain: float = 0.1  # relative tau gain assumed of a first update (exploration)
+    rollback: bool = True  # undo an update that lowered the tau proxy on fresh rows
+    seed: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> "AdaptConfig":
+        """'key=value,...' (e.g. 'subset=layer+norm,cost_scale=0'); in `subset` use '+' between
+        prefixes."""
+        fields = {f.name: f.type for f in dataclasses.fields(cls)}
+        kw: dict[str, Any] = {}
+        for item in filter(None, text.split(",")):
+            key, sep, value = item.partition("=")
+            if not sep or key not in fields:
+                raise ValueError(f"adapt setting {item!r}: use key=value with key in {sorted(fields)}")
+            kind = {"str": str, "float": float, "int": int, "bool": lambda v: v.lower() in ("1", "true", "yes")}
+            kw[key] = kind[fields[key]](value.replace("+", ",") if key == "subset" else value)
+        return cls(**kw)
+
+
+def _path(key: tuple) -> str:
+    return "/".join(str(k) for k in key)
+
+
+def _merge(fixed, trainable: dict, paths: tuple) -> Any:
+    """Full params: `fixed` (nested dicts) with the leaves at `paths` ((name, key tuple), ...)
+    replaced by trainable[name]."""
+    flat = traverse_util.flatten_dict(fixed)
+    for name, key in paths:
+        flat[key] = trainable[name]
+    return traverse_util.unflatten_dict(flat)
+
+
+def _update_round(objective, drafter, tx, paths, steps, rows, trainable, fixed, opt_state, data,
+                  size, key):
+    """`steps` optimizer steps, each on `rows` rows drawn uniformly from the filled buffer."""
+    def one(i, carry):
+        trainable, opt_state, _ = carry
+        k = jax.random.fold_in(key, i)
+        idx = jax.random.randint(k, (rows,), 0, size)
+        tok, fea, valid, mask = (d[idx] for d in data)
+
+        def loss(tr):
+            return objective(drafter, _merge(fixed, tr, paths), fea, tok, mask, valid,
+                             jax.random.fold_in(k, 1))[0]
+
+        value, grads = jax.value_and_grad(loss)(trainable)
+        updates, opt_state = tx.update(grads, opt_state, trainable)
+        return optax.apply_updates(trainable, updates), opt_state, value
+
+    return jax.lax.fori_loop(0, steps, one, (trainable, opt_state, jnp.float32(0)))
+
+
+def _evaluate(objective, drafter, paths, old, new, fixed, tok, fea, valid, mask, key):
+    """Tau proxies of the `old` and `new` trainable parameters on the same rows and key."""
+    a = objective(drafter, _merge(fixed, old, paths), fea, tok, mask, valid, key)[1]
+    b = objective(drafter, _merge(fixed, new, paths), fea, tok, mask, valid, key)[1]
+    return a, b
+
+
+class Adapter:
+    """Per-job serving-time adaptation state for one drafter (see the module docstring)."""
+
+    def __init__(self, drafter: Any, params: Any, config: AdaptConfig = AdaptConfig(),
+                 controller: CostAwareController | None = None):
+        if not isinstance(params, dict) or "draft" not in params:
+            raise ValueError(f"drafter kind {type(drafter).__name__}: adaptation needs params with "
+                             "trainable weights under 'draft'")
+        self.drafter, self.config = drafter, config
+        self.objective = objective_for(drafter)
+        weights = traverse_util.flatten_dict(params["draft"])
+        prefixes = [p.strip().strip("/") for p in config.subset.replace("+", ",").split(",") if p.strip()]
+        chosen = [k for k in weights if config.subset == "all" or any(
+            _path(k) == p or _path(k).startswith((p + "/", p + "_")) for p in prefixes)]
+        if not chosen:
+            raise ValueError(f"adapt subset {config.subset!r} matches no drafter weight; weights: "
+                             f"{sorted({_path(k).split('/')[0] for k in weights})}")
+        self.paths = tuple((_path(("draft",) + k), ("draft",) + k) for k in chosen)
+        self.trainable = {name: jnp.array(weights[key[1:]], copy=True) for name, key in self.paths}
+        self.fixed = params
+        self.tx = optax.chain(optax.clip_by_global_norm(1.0),
+                              optax.adamw(config.learning_rate, weight_decay=0.0))
+        self.opt_state = self.tx.init(self.trainable)
+        self.controller = controller or CostAwareController(config.cost_scale, config.prior_gain)
+        self.buffer: ReplayBuffer | None = None
+        self.key = jax.random.key(config.seed)
+        self.pending: tuple | None = None  # (old trainable, old optimizer state) of the last update
+        self.events: list[dict] = []
+        self.time_s = 0.0  # adaptation time outside compilation (buffer, evaluation, updates)
+        self.compile_s = 0.0
+        self.budget_seen = 0
+        self.tokens_seen = 0
+        # new-token budget of the job beyond the current `generate` call (a caller that decodes a
+        # job in several calls sets it before each, so the controller sees the whole remainder)
+        self.extra_budget = 0
+
+    @property
+    def params(self) -> Any:
+        """The drafter's decoding params with the current (adapted) weights."""
+        return _merge(self.fixed, self.trainable, self.paths)
+
+    @property
+    def num_trainable(self) -> int:
+        return sum(int(np.prod(x.shape)) for x in self.trainable.values())
+
+    def _next_key(self) -> jax.Array:
+        self.key, key = jax.random.split(self.key)
+        return key
+
+    def _run(self, fn, static, *args):
+        exe, seconds = compiled(fn, static, *args)
+        self.compile_s += seconds
+        start = time.perf_counter()
+        out = jax.block_until_ready(exe(*args))
+        return out, time.perf_counter() - start
+
+    def _update(self):
+        c = self.config
+        static = (self.objective, self.drafter, self.tx, self.paths, c.steps, c.batch_rows)
+        args = (self.trainable, self.fixed, self.opt_state, self.buffer.data,
+                jnp.int32(self.buffer.size), self._next_key())
+        (trainable, opt_state, loss), seconds = self._run(_update_round, static, *args)
+        return trainable, opt_state, float(loss), seconds
+
+    def _evaluate(self, old, new, slots):
+        c = self.config
+        slots = np.resize(np.asarray(slots), c.eval_rows)  # static shape: repeat the fresh rows
+        rows = self.buffer.rows(slots)
+        args = (old, new, self.fixed, rows["tokens"], rows["hidden"], rows["valid"], rows["loss_mask"],
+                self._next_key())
+        (a, b), seconds = self._run(_evaluate, (self.objective, self.drafter, self.paths), *args)
+        return float(a), float(b), seconds
+
+    def _calibrate(self, slots):
+        """Times one update round and one evaluation on the buffer, discarding the results: the
+        controller's first cost measurement (compilation is excluded and reported apart)."""
+        trainable, _, _, update_s = self._update()
+        _, _, eval_s = self._evaluate(self.trainable, trainable, slots)
+        self.controller.observe_cost(update_s + eval_s)
+        return update_s + eval_s
+
+    def after_batch(self, history, hist_len, prompt_len, feats, num_rows: int, tokens: int,
+                    forwards: int, decode_s: float, budget: int, remaining_budget: int) -> dict:
+        """One decoded batch (the `spec_loop` outputs with collect=True; its first `num_rows` rows
+        are real): `tokens` committed in `forwards` verification forwards (summed over rows; the
+        prefill's token excluded) in `decode_s` seconds, out of `budget` new-token budget;
+        `remaining_budget` new tokens are still to be decoded in this job. Returns the event."""
+        start = time.perf_counter()
+        compile_before = self.compile_s
+        if self.buffer is None:
+            self.buffer = ReplayBuffer(self.config.capacity, self.config.window, feats.shape[2],
+                                       feats.shape[3], str(feats.dtype))
+        slots = self.buffer.add(history, hist_len, prompt_len, feats, num_rows)
+        self.compile_s += self.buffer.compile_s
+        self.buffer.compile_s = 0.0
+        event: dict[str, Any] = {"batch": len(self.events), "rows": num_rows, "tokens": tokens,
+                                 "tau": tokens / forwards if forwards else None, "decode_s": decode_s}
+        ctl = self.controller
+        if self.pending is not None:  # score the last update on rows it has not been trained on
+            old, old_opt = self.pending
+            self.pending = None
+            before, after, eval_s = self._evaluate(old, self.trainable, slots)
+            realised = after / before - 1.0
+            ctl.observe_gain(realised)
+            # the update's own event gets its realised gain; this one records the evaluation
+            event.update(eval_proxy_old=before, eval_proxy_new=after, eval_s=eval_s)
+            self.events[-1]["realised_gain"] = realised
+            ctl.observe_cost(self.events[-1]["update_s"] + eval_s)
+            if self.config.rollback and realised < 0:
+                self.trainable, self.opt_state = old, old_opt
+                event["rolled_back"] = True
+        ctl.observe_decoding(tokens, decode_s)
+        self.budget_seen += budget
+        self.tokens_seen += tokens + num_rows  # the prefill's token counts towards the budget
+        fill = self.tokens_seen / max(self.budget_seen, 1)
+        event["remaining_tokens"] = remaining_budget * fill
+        if self.buffer.size >= self.config.min_rows and remaining_budget > 0:
+            if ctl.cost_estimate is None:
+                event["calibration_s"] = self._calibrate(slots)
+            decision = ctl.decide(event["remaining_tokens"])
+            event.update(update=decision.update, predicted_gain=decision.predicted_gain,
+                         saving_s=decision.saving_s, cost_s=decision.cost_s)
+            if decision.update:
+                old = (self.trainable, self.opt_state)
+                self.trainable, self.opt_state, loss, seconds = self._update()
+                self.pending = old
+                event.update(update_s=seconds, loss=loss)
+        else:
+            event["update"] = False
+        elapsed = time.perf_counter() - start - (self.compile_s - compile_before)
+        event["adapt_s"] = elapsed
+        self.time_s += elapsed
+        self.events.append(event)
+        return event
+
+    def summary(self) -> dict:
+        """Updates made and declined, rollbacks, time spent, mean predicted vs realised gain."""
+        decided = [e for e in self.events if "predicted_gain" in e]
+        made = [e for e in decided if e["update"]]
+        realised = [e["realised_gain"] for e in made if "realised_gain" in e]
+        return {"batches": len(self.events), "decisions": len(decided), "updates": len(made),
+                "declined": len(decided) - len(made),
+                "rolled_back": sum(1 for e in self.events if e.get("rolled_back")),
+                "adapt_time_s": self.time_s, "adapt_compile_s": self.compile_s,
+                "trainable_params": self.num_trainable,
+                "mean_predicted_gain": float(np.mean([e["predicted_gain"] for e in made])) if made else None,
+                "mean_realised_gain": float(np.mean(realised)) if realised else None}
+
+    def save(self, out_dir: str) -> None:
+        """Writes the adapted drafter as a normal drafter folder (loadable by `load_drafter`)."""
+        from specblock_jax.drafters.io import save_drafter
+
+        save_drafter(self.drafter, self.params["draft"], out_dir)

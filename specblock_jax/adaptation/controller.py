@@ -1,0 +1,77 @@
+"""The cost-aware controller: update the drafter only when the predicted saving over the remaining
+work exceeds the measured cost of an update.
+
+At each decision point (after a decoded batch) it has
+  - seconds per committed token, measured on the batches decoded so far (decode loop wall time);
+  - the tokens still to decode (the job's remaining budgets times the observed fill ratio);
+  - the cost of one update round in seconds, measured (a timed dry run before the first update,
+    then every real update, each including its evaluation);
+  - a predicted relative gain g of the acceptance length from one more update: the realised gains
+    of earlier updates (measured on fresh data, old vs new parameters on the same rows), weighted
+    towards the latest, plus an exploration term prior_gain / (1 + updates) that shrinks with
+    every update made (a learning-curve estimate that starts optimistic).
+More accepted tokens per target forward shorten every remaining step in proportion, so the saving
+is remaining_tokens * s_per_token * g / (1 + g). It updates iff saving > cost_scale * cost:
+cost_scale = 0 always updates (while work remains), cost_scale = inf never does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+
+@dataclasses.dataclass
+class Decision:
+    update: bool
+    predicted_gain: float  # relative tau gain expected from one update
+    saving_s: float  # predicted seconds saved over the remaining work
+    cost_s: float  # predicted seconds one update costs (before cost_scale)
+    remaining_tokens: float
+
+
+@dataclasses.dataclass
+class CostAwareController:
+    cost_scale: float = 1.0
+    prior_gain: float = 0.1
+    recency: float = 0.5  # weight of the newest realised gain in the running estimate
+
+    def __post_init__(self):
+        if self.cost_scale < 0 or self.prior_gain < 0:
+            raise ValueError(f"controller: cost_scale and prior_gain must be >= 0, got "
+                             f"{self.cost_scale} and {self.prior_gain}")
+        self.tokens = 0
+        self.seconds = 0.0
+        self.updates = 0
+        self.gain_estimate: float | None = None  # running estimate of realised gains
+        self.cost_estimate: float | None = None
+
+    def observe_decoding(self, tokens: int, seconds: float) -> None:
+        self.tokens += tokens
+        self.seconds += seconds
+
+    def observe_cost(self, seconds: float) -> None:
+        """Measured seconds of one update round (dry run or real, evaluation included)."""
+        self.cost_estimate = seconds if self.cost_estimate is None else 0.5 * (self.cost_estimate + seconds)
+
+    def observe_gain(self, realised: float) -> None:
+        """Realised relative gain of the latest update (tau proxy new / old - 1 on fresh rows)."""
+        if self.gain_estimate is None:
+            self.gain_estimate = realised
+        else:
+            self.gain_estimate = self.recency * realised + (1 - self.recency) * self.gain_estimate
+
+    def predicted_gain(self) -> float:
+        known = max(self.gain_estimate, 0.0) if self.gain_estimate is not None else 0.0
+        return known + self.prior_gain / (1 + self.updates)
+
+    def decide(self, remaining_tokens: float) -> Decision:
+        gain = self.predicted_gain()
+        per_token = self.seconds / self.tokens if self.tokens else 0.0
+        saving = max(remaining_tokens, 0.0) * per_token * gain / (1 + gain)
+        cost = self.cost_estimate if self.cost_estimate is not None else math.inf
+        scaled = 0.0 if self.cost_scale == 0 else self.cost_scale * cost
+        update = saving > scaled
+        if update:
+            self.updates += 1
+        return Decision(update, gain, saving, cost, remaining_tokens)

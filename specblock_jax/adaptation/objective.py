@@ -1,0 +1,55 @@
+"""Training objectives for serving-time adaptation, one per drafter kind, and the label helper.
+
+An objective scores a drafter on served sequences with the loss its kind trains on offline, with
+the verifier's committed tokens as labels and the target's hidden states collected by the decode
+loop as features (no target forward). It also returns a proxy of the acceptance length that the
+controller uses to compare parameters (before / after an update) on the same fresh data:
+
+    objective(drafter, params, hidden, tokens, loss_mask, valid, key) -> (loss, tau_proxy)
+
+params: the drafter's full decoding params (e.g. {"draft", "embed"}); hidden [B, T, n, H];
+tokens/loss_mask/valid [B, T] int32 (loss_mask[i] = 1: the prediction made at position i, of token
+i + 1, is scored). Each kind registers its objective under its drafter class name from its
+training module (`register_objective`), imported by `training.task.load_builtin_tasks`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+Objective = Callable[..., tuple[jax.Array, jax.Array]]
+OBJECTIVES: dict[str, Objective] = {}
+
+
+def register_objective(drafter_kind: str, objective: Objective) -> None:
+    """Registers the adaptation objective of drafters whose class is named `drafter_kind`."""
+    OBJECTIVES[drafter_kind] = objective
+
+
+def objective_for(drafter: Any) -> Objective:
+    """The registered objective of `drafter`'s kind; a clear error for a kind that cannot adapt."""
+    from specblock_jax.training.task import load_builtin_tasks
+
+    load_builtin_tasks()
+    kind = type(drafter).__name__
+    if kind not in OBJECTIVES:
+        raise ValueError(f"drafter kind {kind} cannot adapt at serving time (no registered "
+                         f"objective; adaptable kinds: {sorted(OBJECTIVES)})")
+    return OBJECTIVES[kind]
+
+
+def label_logits(tokens: jax.Array, vocab_size: int) -> jax.Array:
+    """[B, T] tokens -> [B, T, V] float32 logits of the one-hot distribution of the next token
+    (position i puts all mass on tokens[i + 1]; the last position is arbitrary and must be masked).
+    Lets the soft cross-entropy losses of offline training take the committed tokens as labels."""
+    nxt = jnp.concatenate([tokens[:, 1:], tokens[:, -1:]], axis=1)
+    return jnp.where(jax.nn.one_hot(nxt, vocab_size, dtype=bool), 0.0, -1e9).astype(jnp.float32)
+
+
+def chain_tau(accuracies: jax.Array) -> jax.Array:
+    """Acceptance length of a chain whose step-j conditional accuracy is accuracies[j]:
+    1 + sum_j prod_{i <= j} acc_i (the bonus token included)."""
+    return 1.0 + jnp.sum(jnp.cumprod(accuracies))

@@ -1,0 +1,195 @@
+"""Serving-time adaptation: free labels equal a full target forward, greedy output is unchanged
+with adaptation on, the controller's cost decisions, subset updates, rollback, compilations."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import specblock_jax as sbj
+from specblock_jax.adaptation import AdaptConfig, Adapter, CostAwareController
+from specblock_jax.adaptation.buffer import ReplayBuffer
+from specblock_jax.decoding.compiled import compilation_count
+from specblock_jax.drafters.eagle3_train import Eagle3Task
+from specblock_jax.drafters.specblock_train import SpecBlockTask
+
+V = 32
+
+
+@pytest.fixture(scope="module")
+def target():
+    cfg = sbj.models.config.tiny(vocab_size=V, num_layers=4, eos_token_ids=())
+    t = sbj.init_target(cfg, seed=7)
+    params = dict(t.params)
+    params["lm_head"] = params["lm_head"] * 15.0  # a non-uniform target distribution
+    return t.replace(params=params)
+
+
+@pytest.fixture(scope="module")
+def eagle3(target):
+    task = Eagle3Task({"num_nodes": 10, "top_k": 3, "depth": 3}, target)
+    return task.decoding_drafter(task.init_params(jax.random.key(1)))
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, V, rng.integers(3, 15)).tolist() for _ in range(8)]  # one bucket
+
+
+def _adapter(drafter, **settings):
+    return Adapter(drafter[0], drafter[1], AdaptConfig(**{"min_rows": 2, "window": 40, "capacity": 8,
+                                                          "batch_rows": 2, "eval_rows": 2, **settings}))
+
+
+def _leaf(params, key: tuple):
+    for k in key:
+        params = params[k]
+    return params
+
+
+def _unchanged(ad: Adapter, params) -> bool:
+    """Every trainable weight of the adapter equals the original drafter's."""
+    return all(bool(jnp.array_equal(ad.trainable[name], _leaf(params, key))) for name, key in ad.paths)
+
+
+def test_collected_labels_equal_a_full_target_forward(target, eagle3, prompts):
+    """The buffer's features (gathered from prefill and verification forwards) are the target's
+    hidden states of a plain forward over the committed sequence; the loss mask marks exactly the
+    positions whose next token was generated."""
+    ad = _adapter(eagle3, cost_scale=math.inf)
+    res = sbj.generate(target, prompts[:2], drafter=eagle3, max_new_tokens=12, batch_size=2, adapter=ad)
+    rows = ad.buffer.rows([0, 1])
+    for r, (prompt, out) in enumerate(zip(prompts[:2], res)):
+        seq = prompt + out.token_ids
+        n = len(seq)
+        assert rows["tokens"][r, :n].tolist() == seq and int(rows["valid"][r].sum()) == n
+        full = sbj.models.apply(target.graphdef, target.params, jnp.asarray([seq]), jnp.arange(n)[None],
+                                sbj.models.causal_mask(1, n), hidden_ids=eagle3[0].hidden_ids).hidden
+        # every position but the last (whose hidden the loop never computes: no next token to train)
+        np.testing.assert_allclose(np.asarray(rows["hidden"][r, :n - 1]), np.asarray(full[0, :n - 1]),
+                                   atol=2e-5, rtol=1e-5)
+        want = [int(len(prompt) <= i + 1 < n) for i in range(40)]
+        assert rows["loss_mask"][r].tolist() == want
+
+
+def test_buffer_keeps_the_last_window_of_long_sequences():
+    buf = ReplayBuffer(capacity=2, window=4, num_features=1, hidden_size=1)
+    hist = jnp.arange(10, dtype=jnp.int32)[None].repeat(3, 0)
+    feats = hist[:, :, None, None].astype(jnp.float32)
+    written = buf.add(hist, jnp.asarray([7, 3, 9]), jnp.asarray([2, 2, 8]), feats, num_rows=3)
+    assert written.tolist() == [0, 1] and buf.size == 2  # 3 rows, capacity 2: the last two kept
+    rows = buf.rows([0, 1])
+    assert rows["tokens"].tolist() == [[0, 1, 2, 0], [5, 6, 7, 8]]
+    assert rows["valid"].tolist() == [[1, 1, 1, 0], [1, 1, 1, 1]]
+    assert rows["loss_mask"].tolist() == [[0, 1, 0, 0], [0, 0, 1, 0]]  # next token generated
+    assert rows["hidden"][1, :, 0, 0].tolist() == [5, 6, 7, 8]
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "specblock"])
+def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, prompts, kind):
+    if kind == "eagle3":
+        drafter = eagle3
+    else:
+        task = SpecBlockTask({"num_nodes": 10, "num_blocks": 2}, target)
+        drafter = task.decoding_drafter(task.init_params(jax.random.key(2)))
+    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=2)
+    off = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, batch_size=2)
+    ad = _adapter(drafter, cost_scale=0.0, learning_rate=1e-2, rollback=False)
+    on = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, batch_size=2, adapter=ad)
+    summary = ad.summary()
+    assert summary["updates"] == summary["decisions"] == 3  # every boundary with work left
+    changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.any(a != b)), ad.params["draft"],
+                                           drafter[1]["draft"]))
+    assert any(changed)  # the drafter really was updated between batches
+    assert [r.token_ids for r in on] == [r.token_ids for r in off] == [r.token_ids for r in ar]
+    assert all("adapt" in r.stats for r in on)
+
+
+def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eagle3, prompts):
+    never = _adapter(eagle3, cost_scale=math.inf)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=never)
+    s = never.summary()
+    assert s["decisions"] == 3 and s["updates"] == 0 and s["declined"] == 3
+    assert _unchanged(never, eagle3[1])
+    before = compilation_count()
+    always = _adapter(eagle3, cost_scale=0.0)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always)
+    s = always.summary()
+    assert s["decisions"] == 3 and s["updates"] == 3 and s["adapt_time_s"] > 0
+    events = [e for e in always.events if e.get("update")]
+    assert all(e["cost_s"] > 0 and e["saving_s"] > 0 and "realised_gain" in e for e in events)
+    # at most the collecting decode loop, the buffer insert, the update round and the evaluation
+    assert compilation_count() - before <= 4
+    again = compilation_count()
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always)
+    assert compilation_count() == again  # a persisted adapter reuses every executable
+
+
+def test_controller_arithmetic():
+    c = CostAwareController(cost_scale=1.0, prior_gain=0.1)
+    c.observe_decoding(tokens=1000, seconds=2.0)  # 2 ms per token
+    c.observe_cost(1.0)
+    d = c.decide(remaining_tokens=10_000)  # saving = 10k * 2 ms * 0.1 / 1.1 = 1.82 s > 1 s
+    assert d.update and d.saving_s == pytest.approx(20.0 * 0.1 / 1.1)
+    c.observe_gain(0.0)  # the update did not help: only the shrinking exploration term remains
+    d = c.decide(remaining_tokens=10_000)  # gain 0.1 / 2 -> saving 0.95 s < 1 s
+    assert not d.update and d.predicted_gain == pytest.approx(0.05)
+    c.observe_gain(0.3)  # a later measurement says updates help
+    assert c.decide(remaining_tokens=10_000).update
+    assert not c.decide(remaining_tokens=0).update
+
+
+def test_only_the_chosen_subset_changes(target, eagle3, prompts):
+    ad = _adapter(eagle3, cost_scale=0.0, subset="layer/mlp+norm", learning_rate=1e-2, rollback=False)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad)
+    names = {n for n, _ in ad.paths}
+    assert names == {"draft/layer/mlp/down_proj", "draft/layer/mlp/gate_proj", "draft/layer/mlp/up_proj",
+                     "draft/norm/weight"}
+    old, new = eagle3[1]["draft"], ad.params["draft"]
+    flat_old = dict(jax.tree_util.tree_flatten_with_path(old)[0])
+    for path, value in jax.tree_util.tree_flatten_with_path(new)[0]:
+        name = "draft/" + "/".join(str(getattr(k, "key", k)) for k in path)
+        assert bool(jnp.array_equal(value, flat_old[path])) == (name not in names), name
+    with pytest.raises(ValueError, match="matches no drafter weight"):
+        _adapter(eagle3, subset="nothing")
+
+
+def test_updates_reduce_the_loss_on_buffered_rows(target, eagle3, prompts):
+    ad = _adapter(eagle3, cost_scale=math.inf, learning_rate=3e-3, steps=10)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=4, adapter=ad)
+    rows = ad.buffer.rows(list(range(ad.buffer.size)))
+
+    def loss(params):
+        return float(ad.objective(ad.drafter, params, rows["hidden"], rows["tokens"], rows["loss_mask"],
+                                  rows["valid"], jax.random.key(0))[0])
+
+    first = loss(ad.params)
+    for _ in range(3):
+        ad.trainable, ad.opt_state, _, _ = ad._update()
+    assert loss(ad.params) < 0.8 * first
+
+
+def test_an_update_that_hurts_is_rolled_back(target, eagle3, prompts, monkeypatch):
+    ad = _adapter(eagle3, cost_scale=0.0, learning_rate=1e-2)
+    monkeypatch.setattr(ad, "_evaluate", lambda old, new, slots: (2.0, 1.0, 0.01))  # new is worse
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad)
+    ups = [e for e in ad.events if e.get("update")]
+    assert len(ups) == 3 and all(e["realised_gain"] == -0.5 for e in ups)
+    assert sum(bool(e.get("rolled_back")) for e in ad.events) == 3
+    assert _unchanged(ad, eagle3[1])  # every update was undone
+
+
+def test_bad_settings_and_kinds_are_refused(target, eagle3):
+    with pytest.raises(ValueError, match="key=value"):
+        AdaptConfig.parse("subset")
+    assert AdaptConfig.parse("subset=layer+fc,cost_scale=0,rollback=false") == AdaptConfig(
+        subset="layer,fc", cost_scale=0.0, rollback=False)
+    with pytest.raises(ValueError, match="cannot adapt|trainable weights"):
+        Adapter(sbj.drafters.prompt_lookup.PromptLookup(), ())
+    with pytest.raises(ValueError, match="the drafter the adapter was built for"):
+        sbj.generate(target, [[1, 2, 3]], drafter="prompt_lookup", adapter=_adapter(eagle3))
