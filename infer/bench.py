@@ -11,8 +11,9 @@ budget and temperature; compilation is excluded from throughput and reported apa
             share of the loop time it represents; drafter forwards per committed token
   same      fraction of prompts whose tokens equal `ar`'s (must be 1.0 at temperature 0; n/a when
             sampling, whose losslessness is a distribution property tested in the test suite)
-Serving-time adaptation: a drafter method with the suffix `+adapt` (or every drafter method,
-with `--adapt`, next to its plain run) adapts between batches (docs/adaptation.md); its tokens/s
+Serving-time adaptation: a drafter method with ':adapt=true' or ':adapt.KEY=VALUE' settings (or
+every drafter method, with `--adapt`, next to its plain run) adapts between batches
+(docs/adaptation.md; `--adapt-settings` applies to all, method keys override); its tokens/s
 then counts the adaptation time (compilation excluded, as for decoding), and the run also writes
 its decisions (adapt_<method>_T<t>_b<b>.jsonl) and tau per batch over the run (adapt_tau.png).
 Writes results.json, results.md, speedup.png and every method's completions
@@ -34,9 +35,7 @@ import numpy as np
 
 import specblock_jax as sbj
 from specblock_jax.decoding.generate import resolve_drafter
-from infer.decode import DEFAULT_TARGET, check_method, make_adapter, read_prompts, resolve_method
-
-ADAPT = "+adapt"
+from infer.decode import DEFAULT_TARGET, check_method, make_adapter, read_prompts, resolve_method, split_adapt
 
 
 def method_label(method: str) -> str:
@@ -54,11 +53,6 @@ def drafter_forwards_per_step(drafter) -> int:
     return 0 if resolved is None else int(getattr(resolved[0], "forwards_per_step", 0))
 
 
-def split_adapt(method: str) -> tuple[str, bool]:
-    """'name+adapt' -> ('name', True); other methods -> (method, False)."""
-    return (method[: -len(ADAPT)], True) if method.endswith(ADAPT) else (method, False)
-
-
 def batch_taus(results) -> list[float]:
     """tau of every batch in decoding order (tokens committed per target forward, bonus included)."""
     per: dict[int, list[int]] = {}
@@ -72,7 +66,9 @@ def batch_taus(results) -> list[float]:
 def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
     base, adapt = split_adapt(method)
     drafter = resolve_method(base, target)
-    adapter = make_adapter(method, drafter, args.adapt_settings) if adapt else None
+    adapter = None
+    if adapt is not None:
+        adapter = make_adapter(method, drafter, ",".join(filter(None, [args.adapt_settings, adapt])))
     results = sbj.generate(target, prompts, drafter=drafter, temperature=temperature,
                            max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
                            adapter=adapter)
@@ -196,7 +192,7 @@ def parse_args(argv=None):
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--adapt", action="store_true",
-                   help=f"also run every drafter method with serving-time adaptation ({ADAPT})")
+                   help="also run every drafter method with serving-time adaptation (':adapt=true')")
     p.add_argument("--adapt-settings", default="", help="AdaptConfig keys, e.g. subset=layer,cost_scale=1")
     return p.parse_args(argv)
 
@@ -207,7 +203,8 @@ def main(argv=None) -> int:
     methods = ["ar"] + [m for m in methods if m != "ar"]
     if args.adapt:
         methods = [v for m in methods for v in
-                   ([m, m + ADAPT] if m not in ("ar", "prompt_lookup") and not m.endswith(ADAPT) else [m])]
+                   ([m, m + ":adapt=true"] if split_adapt(m)[0].split(":")[0] not in ("ar", "prompt_lookup")
+                    and split_adapt(m)[1] is None else [m])]
     for m in methods:
         check_method(split_adapt(m)[0])  # fail fast on an unknown method
     target = sbj.load_target(args.target)

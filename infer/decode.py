@@ -17,8 +17,8 @@ and writes `<out stem>.process<i>-of-<n><suffix>` (process 0 also writes the err
 Serving-time adaptation (`--adapt`, a trainable drafter only): the drafter learns from the verified
 tokens between batches whenever the cost-aware controller predicts the update pays over the rest of
 the job (docs/adaptation.md); outputs are unchanged. `--adapt-settings` tunes it
-(`specblock_jax.adaptation.AdaptConfig` keys), `--adapt-save DIR` writes the adapted drafter at the
-end. Each record's stats carry its batch's adaptation event.
+(`specblock_jax.adaptation.AdaptConfig` keys; or ':adapt.KEY=VALUE' on the method), `--adapt-save
+DIR` writes the adapted drafter at the end. Each record's stats carry its batch's adaptation event.
 """
 
 from __future__ import annotations
@@ -210,16 +210,34 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def split_adapt(method: str) -> tuple[str, str | None]:
+    """Separates serving-time adaptation keys from a method: ':adapt=true' turns adaptation on,
+    ':adapt.KEY=VALUE' (an AdaptConfig key) turns it on with that setting. Returns (the method
+    without them, comma-joined settings or None when adaptation is off)."""
+    base, *pairs = method.split(":")
+    keep, settings, on = [base], [], False
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key == "adapt":
+            on = value.lower() in ("true", "1", "yes")
+        elif key.startswith("adapt."):
+            on = True
+            settings.append(f"{key[len('adapt.'):]}={value}")
+        else:
+            keep.append(pair)
+    return ":".join(keep), ",".join(settings) if on else None
+
+
 def make_adapter(method: str, drafter, settings: str):
     """An Adapter for a resolved drafter method, or a clear exit for one that cannot adapt."""
     from specblock_jax.adaptation import AdaptConfig, Adapter
 
     if not isinstance(drafter, tuple):
-        raise SystemExit(f"--adapt: method {method!r} has no trainable drafter")
+        raise SystemExit(f"adaptation: method {method!r} has no trainable drafter")
     try:
         return Adapter(drafter[0], drafter[1], AdaptConfig.parse(settings))
     except ValueError as e:
-        raise SystemExit(f"--adapt: {e}") from None
+        raise SystemExit(f"adaptation ({method!r}): {e}") from None
 
 
 def host_out_path(out: Path) -> Path:
@@ -237,6 +255,10 @@ def main(argv=None) -> int:
     parallel.distributed.initialize_from_args(args)  # before any other JAX call
     if not args.prompts.exists():
         raise SystemExit(f"{args.prompts}: prompt file not found")
+    args.method, method_adapt = split_adapt(args.method)
+    if method_adapt is not None:  # ':adapt...' keys on the method work like --adapt
+        args.adapt = True
+        args.adapt_settings = ",".join(filter(None, [args.adapt_settings, method_adapt]))
     check_method(args.method)
     mesh = None
     if args.mesh or jax.process_count() > 1:

@@ -33,3 +33,30 @@ def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path):
     lines = (out / "outputs_prompt_lookup_T0_b2.jsonl").read_text().splitlines()
     assert [json.loads(x)["token_ids"] for x in lines] == [
         json.loads(x)["token_ids"] for x in (out / "outputs_ar_T0_b3.jsonl").read_text().splitlines()]
+
+
+def test_bench_runs_adaptation_next_to_the_plain_drafter(tiny_ckpt, tmp_path):
+    import jax
+
+    import specblock_jax as sbj
+    from specblock_jax.drafters.eagle3_train import Eagle3Task
+
+    target = sbj.load_target(tiny_ckpt)
+    task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)
+    task.export(task.init_params(jax.random.key(0)), str(tmp_path / "eagle3"))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\ny = 2\n" * (i + 2)}) + "\n"
+                               for i in range(4)))
+    out = tmp_path / "bench"
+    assert bench.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out-dir", str(out),
+                       "--methods", str(tmp_path / "eagle3"), "--adapt", "--max-new-tokens", "12",
+                       "--adapt-settings", "cost_scale=0,min_rows=1,eval_rows=1,steps=1,window=32,batch_rows=1"]) == 0
+    rows = json.loads((out / "results.json").read_text())["results"]
+    assert [bench.method_label(r["method"]) for r in rows] == ["ar", "eagle3", "eagle3:adapt=true"]
+    plain, adapted = rows[1], rows[2]
+    assert adapted["same_as_ar"] == 1.0 and plain["adapt"] is None
+    assert adapted["adapt"]["updates"] == 3 and adapted["adapt_s"] > 0
+    assert adapted["wall_s"] == adapted["decode_s"] + adapted["adapt_s"]  # tokens/s counts updates
+    events = [json.loads(x) for x in (out / "adapt_eagle3__adapt-true_T0_b1.jsonl").read_text().splitlines()]
+    assert len(events) == 4 and sum(e["update"] for e in events) == 3
+    assert (out / "adapt_tau.png").read_bytes()[:4] == b"\x89PNG"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import specblock_jax as sbj
@@ -142,3 +143,32 @@ def test_method_overrides_parse_and_reach_the_drafter(tiny_ckpt):
         decode.resolve_method("prompt_lookup:nodes=5", target)
     with pytest.raises(SystemExit, match="ar takes no settings"):
         decode.check_method("ar:x=1")
+
+
+def test_adaptation_flags_keep_outputs_and_save_the_adapted_drafter(tiny_ckpt, tmp_path):
+    import jax
+
+    from specblock_jax.drafters.eagle3_train import Eagle3Task
+
+    target = sbj.load_target(tiny_ckpt)
+    task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)
+    task.export(task.init_params(jax.random.key(0)), str(tmp_path / "eagle3"))
+    prompts = tmp_path / "p.jsonl"
+    _write(prompts, [json.dumps({"id": str(i), "prompt": f"def h{i}(a, b):\n"}) for i in range(4)])
+    assert decode.split_adapt("d:num_nodes=6:adapt.cost_scale=0:adapt.subset=layer") == (
+        "d:num_nodes=6", "cost_scale=0,subset=layer")
+    assert decode.split_adapt("d:adapt=false") == ("d", None)
+    common = ["--target", str(tiny_ckpt), "--prompts", str(prompts), "--max-new-tokens", "10",
+              "--batch-size", "1"]
+    assert decode.main(common + ["--out", str(tmp_path / "plain.jsonl"), "--method", str(tmp_path / "eagle3")]) == 0
+    assert decode.main(common + ["--out", str(tmp_path / "adapt.jsonl"), "--method",
+                                 f"{tmp_path / 'eagle3'}:adapt.cost_scale=0:adapt.min_rows=1:adapt.eval_rows=1:adapt.steps=1:adapt.window=32",
+                                 "--adapt-save", str(tmp_path / "adapted")]) == 0
+    plain, adapted = _rows(tmp_path / "plain.jsonl"), _rows(tmp_path / "adapt.jsonl")
+    assert [r["token_ids"] for r in plain] == [r["token_ids"] for r in adapted]
+    assert sum(r["stats"]["adapt"]["update"] for r in adapted) == 3  # every boundary with work left
+    before = sbj.load_drafter(str(tmp_path / "eagle3"), target)[1]["draft"]["fc"]
+    after = sbj.load_drafter(str(tmp_path / "adapted"), target)[1]["draft"]["fc"]
+    assert not np.array_equal(np.asarray(before), np.asarray(after))
+    with pytest.raises(SystemExit, match="no trainable drafter"):
+        decode.main(common + ["--out", str(tmp_path / "x.jsonl"), "--method", "prompt_lookup", "--adapt"])

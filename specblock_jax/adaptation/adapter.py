@@ -9,12 +9,13 @@ After every decoded batch, `generate` hands the adapter the batch's committed to
 target's hidden states at the drafter's feature layers (collected inside the decode loop from the
 prefill and the verification forwards: no extra target forward). The adapter
   1. adds them to the replay buffer;
-  2. if the previous batch boundary made an update, scores the old and the new parameters on this
-     batch's fresh rows (a paired tau proxy, see objective.py), feeds the realised gain to the
-     controller, and rolls the update back if it made the drafter worse (`rollback`);
-  3. asks the controller (controller.py) whether one more update round pays over the remaining
-     work; if so runs `steps` optimizer steps (AdamW, gradient clipping) on rows sampled from the
-     buffer, updating only the parameters under `subset`.
+  2. once `eval_rows` rows have arrived since the last update, scores the old and the new
+     parameters on them (a paired tau proxy on data the update never saw, see objective.py), feeds
+     the realised gain to the controller, and rolls the update back if it made the drafter worse
+     (`rollback`);
+  3. with the last update evaluated, asks the controller (controller.py) whether one more update
+     round pays over the remaining work; if so runs `steps` optimizer steps (AdamW, gradient
+     clipping) on rows sampled from the buffer, updating only the parameters under `subset`.
 The target decides every committed token, so outputs do not depend on adaptation (greedy output
 is identical; sampling keeps the target's distribution). The adapter's state (parameters, optimizer,
 buffer, controller) lives as long as the object: reuse it across `generate` calls to persist,
@@ -45,11 +46,11 @@ class AdaptConfig:
     # and "layer_..."), or "all"
     subset: str = "all"
     learning_rate: float = 1e-4
-    steps: int = 4  # optimizer steps per update round
+    steps: int = 8  # optimizer steps per update round
     batch_rows: int = 4  # buffer rows per optimizer step
     eval_rows: int = 8  # fresh rows scoring old vs new parameters
     capacity: int = 64  # replay buffer rows
-    window: int = 384  # positions kept per row (the last ones)
+    window: int = 256  # positions kept per row (the last ones)
     min_rows: int = 4  # buffer rows before the first update
     cost_scale: float = 1.0  # update iff predicted saving > cost_scale * measured cost
     prior_gain: float = 0.1  # relative tau gain assumed of a first update (exploration)
@@ -137,7 +138,8 @@ class Adapter:
         self.controller = controller or CostAwareController(config.cost_scale, config.prior_gain)
         self.buffer: ReplayBuffer | None = None
         self.key = jax.random.key(config.seed)
-        self.pending: tuple | None = None  # (old trainable, old optimizer state) of the last update
+        self.pending: tuple | None = None  # (old trainable, old optimizer state, event index)
+        self.fresh: list[int] = []  # buffer slots filled since the last update
         self.events: list[dict] = []
         self.time_s = 0.0  # adaptation time outside compilation (buffer, evaluation, updates)
         self.compile_s = 0.0
@@ -209,16 +211,18 @@ class Adapter:
         event: dict[str, Any] = {"batch": len(self.events), "rows": num_rows, "tokens": tokens,
                                  "tau": tokens / forwards if forwards else None, "decode_s": decode_s}
         ctl = self.controller
-        if self.pending is not None:  # score the last update on rows it has not been trained on
-            old, old_opt = self.pending
+        self.fresh.extend(int(x) for x in slots)
+        if self.pending is not None and len(self.fresh) >= self.config.eval_rows:
+            # score the last update on rows that arrived after it (it never trained on them)
+            old, old_opt, index = self.pending
             self.pending = None
-            before, after, eval_s = self._evaluate(old, self.trainable, slots)
+            before, after, eval_s = self._evaluate(old, self.trainable, self.fresh[-self.config.eval_rows:])
             realised = after / before - 1.0
             ctl.observe_gain(realised)
             # the update's own event gets its realised gain; this one records the evaluation
             event.update(eval_proxy_old=before, eval_proxy_new=after, eval_s=eval_s)
-            self.events[-1]["realised_gain"] = realised
-            ctl.observe_cost(self.events[-1]["update_s"] + eval_s)
+            self.events[index]["realised_gain"] = realised
+            ctl.observe_cost(self.events[index]["update_s"] + eval_s)
             if self.config.rollback and realised < 0:
                 self.trainable, self.opt_state = old, old_opt
                 event["rolled_back"] = True
@@ -227,19 +231,19 @@ class Adapter:
         self.tokens_seen += tokens + num_rows  # the prefill's token counts towards the budget
         fill = self.tokens_seen / max(self.budget_seen, 1)
         event["remaining_tokens"] = remaining_budget * fill
-        if self.buffer.size >= self.config.min_rows and remaining_budget > 0:
+        event["update"] = False
+        # decide only with data enough, work left, and the last update already evaluated
+        if self.buffer.size >= self.config.min_rows and remaining_budget > 0 and self.pending is None:
             if ctl.cost_estimate is None:
-                event["calibration_s"] = self._calibrate(slots)
+                event["calibration_s"] = self._calibrate(self.fresh[-self.config.eval_rows:])
             decision = ctl.decide(event["remaining_tokens"])
             event.update(update=decision.update, predicted_gain=decision.predicted_gain,
                          saving_s=decision.saving_s, cost_s=decision.cost_s)
             if decision.update:
-                old = (self.trainable, self.opt_state)
+                self.pending = (self.trainable, self.opt_state, len(self.events))
                 self.trainable, self.opt_state, loss, seconds = self._update()
-                self.pending = old
+                self.fresh = []
                 event.update(update_s=seconds, loss=loss)
-        else:
-            event["update"] = False
         elapsed = time.perf_counter() - start - (self.compile_s - compile_before)
         event["adapt_s"] = elapsed
         self.time_s += elapsed
