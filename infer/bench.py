@@ -128,54 +128,32 @@ def adapt_cell(row: dict) -> str:
 
 
 def plot_adaptation(rows: list[dict], path: Path, window: int = 8) -> None:
-    """tau per batch over the run (moving average over `window` batches), one line per method, one
-    panel per (temperature, batch size); dots mark batches after which an update was made."""
+    """tau per batch over the run (moving average over `window` batches), one line per method
+    (adapted runs dashed), one panel per (temperature, batch size); ticks along the bottom mark the
+    batches after which each adapted run updated its drafter."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     groups = sorted({(r["temperature"], r["batch_size"]) for r in rows})
-    fig, axes = plt.subplots(1, len(groups), figsize=(6 * len(groups), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), 4.5), squeeze=False)
     for ax, (t, b) in zip(axes[0], groups):
-        for r in rows:
-            if (r["temperature"], r["batch_size"]) != (t, b) or r["method"] == "ar":
-                continue
+        runs = [r for r in rows if (r["temperature"], r["batch_size"]) == (t, b) and r["method"] != "ar"]
+        for n, r in enumerate(runs):
             taus = np.asarray(r["batch_taus"])
             k = min(window, len(taus))
             smooth = np.convolve(taus, np.ones(k) / k, mode="valid")
-            line, = ax.plot(np.arange(k - 1, len(taus)), smooth, label=method_label(r["method"]))
-            if r.get("adapt_events"):
+            adapted = r.get("adapt_events") is not None
+            line, = ax.plot(np.arange(k - 1, len(taus)), smooth, ls="--" if adapted else "-",
+                            label=method_label(r["method"]))
+            if adapted:
                 ups = [e["batch"] for e in r["adapt_events"] if e.get("update")]
-                ax.plot(ups, [smooth[max(u - k + 1, 0)] for u in ups], ".", color=line.get_color())
+                ax.plot(ups, [0.02 + 0.03 * n] * len(ups), "|", color=line.get_color(), ms=8,
+                        transform=ax.get_xaxis_transform())
         ax.set_title(f"tau per batch, moving average of {window} (T={t:g}, batch {b})")
-        ax.set_xlabel("batch (decoding order)")
+        ax.set_xlabel("batch (decoding order; ticks: updates)")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = sorted({(r["temperature"], r["batch_size"]) for r in rows})
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    width = 0.8 / len(groups)
-    for k, (t, b) in enumerate(groups):
-        sub = {r["method"]: r for r in rows if (r["temperature"], r["batch_size"]) == (t, b)}
-        x = np.arange(len(methods)) + k * width
-        axes[0].bar(x, [sub[m]["speedup"] for m in methods], width, label=f"T={t:g}, batch {b}")
-        axes[1].bar(x, [sub[m]["tau_median"] for m in methods], width, label=f"T={t:g}, batch {b}")
-    for ax, title in zip(axes, ("speedup vs target-only (tokens/s ratio)", "tau (median over prompts)")):
-        ax.set_xticks(np.arange(len(methods)) + width * (len(groups) - 1) / 2)
-        ax.set_xticklabels([method_label(m) for m in methods], rotation=20, fontsize=8)
-        ax.set_title(title)
-        ax.axhline(1.0, color="gray", lw=0.8)
-        ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

@@ -89,3 +89,29 @@ def _release_compiled_executables():
     compiled._EXECUTABLES.clear()
     jax.clear_caches()
     gc.collect()
+
+
+def peaked_tiny_target(vocab_size: int, seed: int = 7):
+    """A random 4-layer tiny target without stop tokens whose LM head is scaled x15, so that its
+    next-token distribution is far from uniform (drafters then have something to agree with)."""
+    import specblock_jax as sbj
+
+    t = sbj.init_target(sbj.models.config.tiny(vocab_size=vocab_size, num_layers=4, eos_token_ids=()),
+                        seed=seed)
+    params = dict(t.params)
+    params["lm_head"] = params["lm_head"] * 15.0
+    return t.replace(params=params)
+
+
+def export_random_eagle3(ckpt, out) -> "object":
+    """Writes a randomly initialised EAGLE-3 drafter folder for the target at `ckpt` to `out`
+    (num_nodes 8, top-k 2, depth 3); returns the loaded target."""
+    import jax
+
+    import specblock_jax as sbj
+    from specblock_jax.drafters.eagle3_train import Eagle3Task
+
+    target = sbj.load_target(ckpt)
+    task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)
+    task.export(task.init_params(jax.random.key(0)), str(out))
+    return target

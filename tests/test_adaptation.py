@@ -14,19 +14,17 @@ import specblock_jax as sbj
 from specblock_jax.adaptation import AdaptConfig, Adapter, CostAwareController
 from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.decoding.compiled import compilation_count
+from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.drafters.specblock_train import SpecBlockTask
+from conftest import peaked_tiny_target
 
 V = 32
 
 
 @pytest.fixture(scope="module")
 def target():
-    cfg = sbj.models.config.tiny(vocab_size=V, num_layers=4, eos_token_ids=())
-    t = sbj.init_target(cfg, seed=7)
-    params = dict(t.params)
-    params["lm_head"] = params["lm_head"] * 15.0  # a non-uniform target distribution
-    return t.replace(params=params)
+    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")
@@ -90,12 +88,13 @@ def test_buffer_keeps_the_last_window_of_long_sequences():
     assert rows["hidden"][1, :, 0, 0].tolist() == [5, 6, 7, 8]
 
 
-@pytest.mark.parametrize("kind", ["eagle3", "specblock"])
+@pytest.mark.parametrize("kind", ["eagle3", "specblock", "dflash"])
 def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, prompts, kind):
     if kind == "eagle3":
         drafter = eagle3
     else:
-        task = SpecBlockTask({"num_nodes": 10, "num_blocks": 2}, target)
+        task = (SpecBlockTask({"num_nodes": 10, "num_blocks": 2}, target) if kind == "specblock" else
+                DFlashTask({"num_layers": 1, "block_size": 4, "num_anchors": 3, "mask_token_id": 3}, target))
         drafter = task.decoding_drafter(task.init_params(jax.random.key(2)))
     ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=2)
     off = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, batch_size=2)
@@ -166,11 +165,11 @@ def test_updates_reduce_the_loss_on_buffered_rows(target, eagle3, prompts):
 
     def loss(params):
         return float(ad.objective(ad.drafter, params, rows["hidden"], rows["tokens"], rows["loss_mask"],
-                                  rows["valid"], jax.random.key(0))[0])
+                                  rows["valid"], jax.random.key(0), 0)[0])
 
     first = loss(ad.params)
     for _ in range(3):
-        ad.trainable, ad.opt_state, _, _ = ad._update()
+        ad.trainable, ad.opt_state, _, _ = ad._update()  # a whole round of `steps`
     assert loss(ad.params) < 0.8 * first
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from conftest import export_random_eagle3
 from infer import bench
 
 
@@ -36,14 +37,7 @@ def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path):
 
 
 def test_bench_runs_adaptation_next_to_the_plain_drafter(tiny_ckpt, tmp_path):
-    import jax
-
-    import specblock_jax as sbj
-    from specblock_jax.drafters.eagle3_train import Eagle3Task
-
-    target = sbj.load_target(tiny_ckpt)
-    task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)
-    task.export(task.init_params(jax.random.key(0)), str(tmp_path / "eagle3"))
+    export_random_eagle3(tiny_ckpt, tmp_path / "eagle3")
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\ny = 2\n" * (i + 2)}) + "\n"
                                for i in range(4)))

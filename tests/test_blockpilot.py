@@ -14,6 +14,7 @@ from specblock_jax.drafters.blockpilot import (BlockPilotDrafter, PolicyConfig, 
 from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.io import load_drafter, save_drafter
+from conftest import peaked_tiny_target
 from train.blockpilot import train_policy
 
 V = 8
@@ -22,11 +23,7 @@ SIZES = (2, 3, 4)
 
 @pytest.fixture(scope="module")
 def target():
-    cfg = sbj.models.config.tiny(vocab_size=V, num_layers=4, eos_token_ids=())
-    t = sbj.init_target(cfg, seed=7)
-    params = dict(t.params)
-    params["lm_head"] = params["lm_head"] * 15.0
-    return t.replace(params=params)
+    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

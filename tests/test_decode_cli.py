@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import specblock_jax as sbj
+from conftest import export_random_eagle3
 from infer import decode
 
 
@@ -111,13 +112,7 @@ def test_sigkill_mid_run_then_rerun_yields_every_record_exactly_once(tiny_ckpt, 
 
 
 def test_a_drafter_folder_is_a_method(tiny_ckpt, tmp_path):
-    import jax
-
-    from specblock_jax.drafters.eagle3_train import Eagle3Task
-
-    target = sbj.load_target(tiny_ckpt)
-    task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)
-    task.export(task.init_params(jax.random.key(0)), str(tmp_path / "eagle3"))
+    export_random_eagle3(tiny_ckpt, tmp_path / "eagle3")
     prompts = tmp_path / "p.jsonl"
     _write(prompts, [json.dumps({"id": str(i), "prompt": f"def h{i}(a, b):\n"}) for i in range(3)])
     outs = {}
@@ -146,13 +141,7 @@ def test_method_overrides_parse_and_reach_the_drafter(tiny_ckpt):
 
 
 def test_adaptation_flags_keep_outputs_and_save_the_adapted_drafter(tiny_ckpt, tmp_path):
-    import jax
-
-    from specblock_jax.drafters.eagle3_train import Eagle3Task
-
-    target = sbj.load_target(tiny_ckpt)
-    task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)
-    task.export(task.init_params(jax.random.key(0)), str(tmp_path / "eagle3"))
+    target = export_random_eagle3(tiny_ckpt, tmp_path / "eagle3")
     prompts = tmp_path / "p.jsonl"
     _write(prompts, [json.dumps({"id": str(i), "prompt": f"def h{i}(a, b):\n"}) for i in range(4)])
     assert decode.split_adapt("d:num_nodes=6:adapt.cost_scale=0:adapt.subset=layer") == (

@@ -16,17 +16,14 @@ from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.dflash_train import DFlashTask, training_mask
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from test_speculative import _chi_square_pvalue, _exact_pair_distribution
+from conftest import peaked_tiny_target
 
 V = 8
 
 
 @pytest.fixture(scope="module")
 def target():
-    cfg = sbj.models.config.tiny(vocab_size=V, num_layers=4, eos_token_ids=())
-    t = sbj.init_target(cfg, seed=7)
-    params = dict(t.params)
-    params["lm_head"] = params["lm_head"] * 15.0  # a non-uniform target distribution
-    return t.replace(params=params)
+    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,7 @@ from specblock_jax.models.layers import attend, rope_cos_sin
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from specblock_jax.drafters.base import Prefill
 from specblock_jax.spec.dynamic_tree import build_topk_tree
+from conftest import peaked_tiny_target
 
 V = 8
 
@@ -82,11 +83,7 @@ def test_topk_tree_matches_reference(k, depth, n):
 
 @pytest.fixture(scope="module")
 def target():
-    cfg = sbj.models.config.tiny(vocab_size=V, num_layers=4, eos_token_ids=())
-    t = sbj.init_target(cfg, seed=7)
-    params = dict(t.params)
-    params["lm_head"] = params["lm_head"] * 15.0  # a non-uniform target distribution
-    return t.replace(params=params)
+    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ from specblock_jax.drafters.specblock_train import (SpecBlockTask, draft_loss, l
                                                     rank_loss, run_blocks)
 from specblock_jax.spec.rank_tree import RankTreeSettings, build_rank_tree, rank_class
 from test_speculative import _chi_square_pvalue, _exact_pair_distribution
+from conftest import peaked_tiny_target
 
 V = 32
 
@@ -154,11 +155,7 @@ def test_rank_tree_branches_gives_up_continues_and_merges_twins():
 
 @pytest.fixture(scope="module")
 def target():
-    cfg = sbj.models.config.tiny(vocab_size=V, num_layers=4, eos_token_ids=())
-    t = sbj.init_target(cfg, seed=7)
-    params = dict(t.params)
-    params["lm_head"] = params["lm_head"] * 15.0  # a non-uniform target distribution
-    return t.replace(params=params)
+    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@
   (at most 4000); used to generate drafter training data.
 - ``windows.jsonl``: mid-file windows of held-out source files (whole lines, about 400 characters,
   anywhere in a file: imports, class bodies, tables, comments), ids ``windows/<relpath>:<line>``
-  (200, seeded). Drafters are trained on answers to signature + docstring prompts, so these are a
+  (1,000, seeded). Drafters are trained on answers to signature + docstring prompts, so these are a
   domain shift for them (the serving-time adaptation benchmark).
 
 A signature + docstring prompt is the source of a function that has a docstring, from its first
@@ -50,7 +50,7 @@ DEFAULT_MAX_CHARS = 2000
 DEFAULT_HELDOUT_CAP = 200
 DEFAULT_TRAIN_CAP = 4000
 DEFAULT_SEED = 0
-DEFAULT_WINDOWS = 200
+DEFAULT_WINDOWS = 1000
 PROMPT_SETS = ("humaneval", "heldout", "train", "windows")
 Prompt = dict[str, str]
 

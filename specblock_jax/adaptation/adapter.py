@@ -42,11 +42,13 @@ from specblock_jax.decoding.compiled import compiled
 
 @dataclasses.dataclass(frozen=True)
 class AdaptConfig:
-    # comma list of weight path prefixes inside the drafter's weights ("layer" matches "layer/..."
-    # and "layer_..."), or "all"
-    subset: str = "all"
-    learning_rate: float = 1e-4
+    # weight path prefixes inside the drafter's weights, joined by "," or "+" ("layer" matches
+    # "layer/..." and "layer_..."); "all"; or "auto": all but the LM head (`lm_head`), which cost
+    # the most and helped the least in docs/adaptation.md's measurements
+    subset: str = "auto"
+    learning_rate: float = 3e-4
     steps: int = 8  # optimizer steps per update round
+    depth: int = 2  # how far ahead the loss drafts (EAGLE-3 TTT steps, SpecBlock blocks; 0 = default)
     batch_rows: int = 4  # buffer rows per optimizer step
     eval_rows: int = 8  # fresh rows scoring old vs new parameters
     capacity: int = 64  # replay buffer rows
@@ -85,9 +87,9 @@ def _merge(fixed, trainable: dict, paths: tuple) -> Any:
     return traverse_util.unflatten_dict(flat)
 
 
-def _update_round(objective, drafter, tx, paths, steps, rows, trainable, fixed, opt_state, data,
-                  size, key):
-    """`steps` optimizer steps, each on `rows` rows drawn uniformly from the filled buffer."""
+def _update_round(objective, drafter, tx, paths, rows, depth, trainable, fixed, opt_state, data,
+                  size, steps, key):
+    """`steps` (traced) optimizer steps, each on `rows` rows drawn uniformly from the filled buffer."""
     def one(i, carry):
         trainable, opt_state, _ = carry
         k = jax.random.fold_in(key, i)
@@ -96,7 +98,7 @@ def _update_round(objective, drafter, tx, paths, steps, rows, trainable, fixed, 
 
         def loss(tr):
             return objective(drafter, _merge(fixed, tr, paths), fea, tok, mask, valid,
-                             jax.random.fold_in(k, 1))[0]
+                             jax.random.fold_in(k, 1), depth)[0]
 
         value, grads = jax.value_and_grad(loss)(trainable)
         updates, opt_state = tx.update(grads, opt_state, trainable)
@@ -105,10 +107,10 @@ def _update_round(objective, drafter, tx, paths, steps, rows, trainable, fixed, 
     return jax.lax.fori_loop(0, steps, one, (trainable, opt_state, jnp.float32(0)))
 
 
-def _evaluate(objective, drafter, paths, old, new, fixed, tok, fea, valid, mask, key):
+def _evaluate(objective, drafter, paths, depth, old, new, fixed, tok, fea, valid, mask, key):
     """Tau proxies of the `old` and `new` trainable parameters on the same rows and key."""
-    a = objective(drafter, _merge(fixed, old, paths), fea, tok, mask, valid, key)[1]
-    b = objective(drafter, _merge(fixed, new, paths), fea, tok, mask, valid, key)[1]
+    a = objective(drafter, _merge(fixed, old, paths), fea, tok, mask, valid, key, depth)[1]
+    b = objective(drafter, _merge(fixed, new, paths), fea, tok, mask, valid, key, depth)[1]
     return a, b
 
 
@@ -124,8 +126,11 @@ class Adapter:
         self.objective = objective_for(drafter)
         weights = traverse_util.flatten_dict(params["draft"])
         prefixes = [p.strip().strip("/") for p in config.subset.replace("+", ",").split(",") if p.strip()]
-        chosen = [k for k in weights if config.subset == "all" or any(
-            _path(k) == p or _path(k).startswith((p + "/", p + "_")) for p in prefixes)]
+        if config.subset in ("all", "auto"):
+            chosen = [k for k in weights if config.subset == "all" or k[0] != "lm_head"]
+        else:
+            chosen = [k for k in weights if any(
+                _path(k) == p or _path(k).startswith((p + "/", p + "_")) for p in prefixes)]
         if not chosen:
             raise ValueError(f"adapt subset {config.subset!r} matches no drafter weight; weights: "
                              f"{sorted({_path(k).split('/')[0] for k in weights})}")
@@ -169,11 +174,12 @@ class Adapter:
         out = jax.block_until_ready(exe(*args))
         return out, time.perf_counter() - start
 
-    def _update(self):
+    def _update(self, steps: int | None = None):
         c = self.config
-        static = (self.objective, self.drafter, self.tx, self.paths, c.steps, c.batch_rows)
+        static = (self.objective, self.drafter, self.tx, self.paths, c.batch_rows, c.depth)
         args = (self.trainable, self.fixed, self.opt_state, self.buffer.data,
-                jnp.int32(self.buffer.size), self._next_key())
+                jnp.int32(self.buffer.size), jnp.int32(c.steps if steps is None else steps),
+                self._next_key())
         (trainable, opt_state, loss), seconds = self._run(_update_round, static, *args)
         return trainable, opt_state, float(loss), seconds
 
@@ -183,16 +189,18 @@ class Adapter:
         rows = self.buffer.rows(slots)
         args = (old, new, self.fixed, rows["tokens"], rows["hidden"], rows["valid"], rows["loss_mask"],
                 self._next_key())
-        (a, b), seconds = self._run(_evaluate, (self.objective, self.drafter, self.paths), *args)
+        (a, b), seconds = self._run(_evaluate, (self.objective, self.drafter, self.paths, c.depth), *args)
         return float(a), float(b), seconds
 
     def _calibrate(self, slots):
-        """Times one update round and one evaluation on the buffer, discarding the results: the
-        controller's first cost measurement (compilation is excluded and reported apart)."""
-        trainable, _, _, update_s = self._update()
-        _, _, eval_s = self._evaluate(self.trainable, trainable, slots)
-        self.controller.observe_cost(update_s + eval_s)
-        return update_s + eval_s
+        """Times one optimizer step and one evaluation on the buffer, discarding the results: the
+        controller's first cost estimate, `steps` x step + evaluation (compilation is excluded and
+        reported apart). Every real update then measures the whole round."""
+        _, _, _, step_s = self._update(steps=1)
+        _, _, eval_s = self._evaluate(self.trainable, self.trainable, slots)
+        cost = self.config.steps * step_s + eval_s
+        self.controller.observe_cost(cost)
+        return cost
 
     def after_batch(self, history, hist_len, prompt_len, feats, num_rows: int, tokens: int,
                     forwards: int, decode_s: float, budget: int, remaining_budget: int) -> dict:

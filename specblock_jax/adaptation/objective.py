@@ -5,11 +5,12 @@ the verifier's committed tokens as labels and the target's hidden states collect
 loop as features (no target forward). It also returns a proxy of the acceptance length that the
 controller uses to compare parameters (before / after an update) on the same fresh data:
 
-    objective(drafter, params, hidden, tokens, loss_mask, valid, key) -> (loss, tau_proxy)
+    objective(drafter, params, hidden, tokens, loss_mask, valid, key, depth) -> (loss, tau_proxy)
 
 params: the drafter's full decoding params (e.g. {"draft", "embed"}); hidden [B, T, n, H];
 tokens/loss_mask/valid [B, T] int32 (loss_mask[i] = 1: the prediction made at position i, of token
-i + 1, is scored). Each kind registers its objective under its drafter class name from its
+i + 1, is scored); depth: how far ahead the loss drafts (EAGLE-3 training-time-test steps,
+SpecBlock blocks; 0 = the kind's default), the main lever on an update's cost. Each kind registers its objective under its drafter class name from its
 training module (`register_objective`), imported by `training.task.load_builtin_tasks`.
 """
 

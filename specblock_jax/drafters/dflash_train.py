@@ -129,9 +129,11 @@ class DFlashTask:
         save_drafter(self.drafter(), params, out_dir)
 
 
-def dflash_objective(drafter, params, hidden, tokens, loss_mask, valid, key, num_anchors: int = 16):
+def dflash_objective(drafter, params, hidden, tokens, loss_mask, valid, key, depth: int = 0):
     """Serving-time adaptation objective (see adaptation/objective.py): the offline block loss at
-    random anchors in the generated text; tau proxy = the loss's own estimate (`tau_est`)."""
+    16 random anchors in the generated text (`depth` is unused: one forward drafts a block); tau
+    proxy = the loss's own estimate (`tau_est`)."""
+    num_anchors = 16
     c = drafter.config
     model = nnx.merge(drafter.graphdef, params["draft"])
     loss, metrics = dflash_loss(model, params["embed"], params["head"], hidden, tokens, loss_mask,

@@ -108,9 +108,11 @@ class Eagle3Task:
         save_drafter(self.drafter(), params, out_dir)
 
 
-def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, steps: int = 4):
-    """Serving-time adaptation objective (see adaptation/objective.py): the TTT loss over `steps`
-    steps with the committed tokens as labels; tau proxy from the per-step top-1 accuracies."""
+def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, depth: int = 0):
+    """Serving-time adaptation objective (see adaptation/objective.py): the TTT loss over `depth`
+    steps (0 = 4) with the committed tokens as labels; tau proxy from the per-step top-1
+    accuracies."""
+    steps = depth or 4
     model = nnx.merge(drafter.graphdef, params["draft"])
     logits = label_logits(tokens, drafter.config.vocab_size)
     loss, metrics = ttt_loss(model, params["embed"], hidden, logits, tokens, loss_mask, valid, steps)

@@ -229,13 +229,13 @@ class SpecBlockTask:
         save_drafter(self.drafter(), params, out_dir)
 
 
-def specblock_objective(drafter, params, hidden, tokens, loss_mask, valid, key):
+def specblock_objective(drafter, params, hidden, tokens, loss_mask, valid, key, depth: int = 0):
     """Serving-time adaptation objective (see adaptation/objective.py): the offline loss over
-    `drafter.max_blocks` blocks with the committed tokens as labels; tau proxy from block 1's
-    slot accuracies followed by block 2's (a chain)."""
+    `depth` blocks (0 = the drafter's `max_blocks`) with the committed tokens as labels; tau proxy
+    from the blocks' slot accuracies in order (a chain)."""
     model = nnx.merge(drafter.graphdef, params["draft"])
     logits = label_logits(tokens, drafter.config.vocab_size)
-    blocks = max(drafter.max_blocks, 1)
+    blocks = depth or max(drafter.max_blocks, 1)
     loss, metrics = specblock_loss(model, params["embed"], hidden, logits, tokens, loss_mask, valid,
                                    key, num_blocks=blocks)
     acc = [metrics[f"b{b + 1}_acc_{j}"] for b in range(blocks) for j in range(drafter.config.block_size)]
