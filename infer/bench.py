@@ -17,7 +17,8 @@ every drafter method, with `--adapt`, next to its plain run) adapts between batc
 then counts the adaptation time (compilation excluded, as for decoding), and the run also writes
 its decisions (adapt_<method>_T<t>_b<b>.jsonl) and tau per batch over the run (adapt_tau.png).
 Writes results.json, results.md, speedup.png and every method's completions
-(outputs_<method>_T<temperature>.jsonl) into --out-dir.
+(outputs_<method>_T<temperature>.jsonl) into --out-dir; `specblock-bench --replot DIR` redraws the
+plots of a finished run.
 """
 
 from __future__ import annotations
@@ -104,6 +105,25 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
     }
 
 
+def output_name(row: dict) -> str:
+    """outputs_<label>_T<t>_b<b>.jsonl (portable: ':' -> '__', '=' -> '-'); the run's adaptation
+    events go to the same name with the prefix adapt_."""
+    label = method_label(row["method"]).replace(":", "__").replace("=", "-")
+    return f"outputs_{label}_T{row['temperature']:g}_b{row['batch_size']}.jsonl"
+
+
+def replot(out_dir: Path) -> None:
+    """Redraws speedup.png (and adapt_tau.png) from a run's results.json and adapt_*.jsonl."""
+    rows = json.loads((out_dir / "results.json").read_text())["results"]
+    for r in rows:
+        events = out_dir / output_name(r).replace("outputs_", "adapt_")
+        if r.get("adapt") and events.exists():
+            r["adapt_events"] = [json.loads(x) for x in events.read_text().splitlines()]
+    plot(rows, out_dir / "speedup.png")
+    if any(r.get("adapt") for r in rows):
+        plot_adaptation(rows, out_dir / "adapt_tau.png")
+
+
 def table(rows: list[dict]) -> str:
     head = ("| T | batch | method | tau median [min, max] | tokens/s | speedup | draft ms/token | draft share "
             "| draft fwd/token | same as ar | compile s | adapt s (updates/decisions) |"
@@ -125,6 +145,31 @@ def adapt_cell(row: dict) -> str:
     if not a:
         return "-"
     return f"{row['adapt_s']:.1f} ({a['updates']}/{a['decisions']})"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["temperature"], r["batch_size"]) for r in rows})
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    width = 0.8 / len(groups)
+    for k, (t, b) in enumerate(groups):
+        sub = {r["method"]: r for r in rows if (r["temperature"], r["batch_size"]) == (t, b)}
+        x = np.arange(len(methods)) + k * width
+        axes[0].bar(x, [sub[m]["speedup"] for m in methods], width, label=f"T={t:g}, batch {b}")
+        axes[1].bar(x, [sub[m]["tau_median"] for m in methods], width, label=f"T={t:g}, batch {b}")
+    for ax, title in zip(axes, ("speedup vs target-only (tokens/s ratio)", "tau (median over prompts)")):
+        ax.set_xticks(np.arange(len(methods)) + width * (len(groups) - 1) / 2)
+        ax.set_xticklabels([method_label(m) for m in methods], rotation=20, fontsize=8)
+        ax.set_title(title)
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 def plot_adaptation(rows: list[dict], path: Path, window: int = 8) -> None:
@@ -167,6 +212,7 @@ def parse_args(argv=None):
     p.add_argument("--temperatures", default="0", help="comma list, e.g. 0,1")
     p.add_argument("--batch-size", default="1", help="comma list, e.g. 1,8; each has its own ar baseline")
     p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--skip", type=int, default=0, help="skip the first K records")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--adapt", action="store_true",
@@ -176,6 +222,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--replot":  # redraw a finished run
+        replot(Path(sys.argv[2]))
+        return 0
     args = parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
     methods = ["ar"] + [m for m in methods if m != "ar"]
@@ -187,6 +236,7 @@ def main(argv=None) -> int:
         check_method(split_adapt(m)[0])  # fail fast on an unknown method
     target = sbj.load_target(args.target)
     records, errors = read_prompts(args.prompts)
+    records = records[args.skip:]
     records = records[: args.limit] if args.limit else records
     prompts = [r["prompt"] for r in records]
     rows = []
@@ -215,8 +265,7 @@ def main(argv=None) -> int:
         "batch_sizes": [int(b) for b in str(args.batch_size).split(",")], "max_new_tokens": args.max_new_tokens, "seed": args.seed,
     }
     for r in rows:  # every method's completions, for inspection
-        label = method_label(r["method"]).replace(":", "__").replace("=", "-")  # portable file names
-        name = f"outputs_{label}_T{r['temperature']:g}_b{r['batch_size']}.jsonl"
+        name = output_name(r)
         with (args.out_dir / name).open("w", encoding="utf-8") as f:
             for rec, ids, text in zip(records, r["token_ids"], r["texts"]):
                 f.write(json.dumps({"id": rec["id"], "text": text, "token_ids": ids}, ensure_ascii=False) + "\n")
@@ -230,9 +279,7 @@ def main(argv=None) -> int:
          f"{meta['machine']['cpus']} CPUs, backend {meta['machine']['backend']}\n\n" \
          f"`{meta['command']}`\n\n{table(rows)}\n"
     (args.out_dir / "results.md").write_text(md)
-    plot(rows, args.out_dir / "speedup.png")
-    if any(r.get("adapt") for r in rows):
-        plot_adaptation(rows, args.out_dir / "adapt_tau.png")
+    replot(args.out_dir)
     print("\n" + table(rows))
     print(f"\nwrote {args.out_dir}/results.json, results.md, speedup.png and the completions "
           f"(outputs_*.jsonl)")
