@@ -94,7 +94,7 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
         "target_forwards": int(sum(r.stats["target_forwards"] for r in results)),
         "draft_s_per_token": draft / tokens,
         "draft_forwards_per_token": drafter_forwards_per_step(drafter) * sum(
-            r.stats["target_forwards"] for r in results) / tokens, "draft_share": draft / wall,
+            r.stats["target_forwards"] for r in results) / tokens, "draft_share": draft / decode_wall,
         "compile_s": float(sum(b["compile"] for b in batches.values()))
         + (adapter.compile_s if adapter is not None else 0.0),
         "decode_s": decode_wall, "adapt_s": adapt_s, "batch_taus": batch_taus(results),
