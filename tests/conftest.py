@@ -115,3 +115,34 @@ def export_random_eagle3(ckpt, out) -> "object":
     task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)
     task.export(task.init_params(jax.random.key(0)), str(out))
     return target
+
+
+def train_on_fixed_batch(task, vocab_size: int, steps: int = 25, mask_last: bool = False):
+    """`steps` Adam steps (lr 3e-3) of a TrainTask's jitted loss on one fixed random batch of 4 x 24
+    tokens (the first 4 positions, and the last one with `mask_last`, out of the loss) with a fixed
+    key. Returns (the loss at every step, the last step's metrics)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    tokens = jnp.asarray(np.random.default_rng(4).integers(0, vocab_size, (4, 24)), jnp.int32)
+    loss_mask = jnp.ones_like(tokens).at[:, :4].set(0)
+    if mask_last:
+        loss_mask = loss_mask.at[:, -1].set(0)
+    batch = {"tokens": tokens, "loss_mask": loss_mask, "attention_mask": jnp.ones_like(tokens)}
+    params = task.init_params(jax.random.key(0))
+    opt = optax.adam(3e-3)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state):
+        (loss, metrics), grads = jax.value_and_grad(task.loss_fn, has_aux=True)(
+            params, task.frozen(), batch, jax.random.key(0))
+        updates, state = opt.update(grads, state, params)
+        return optax.apply_updates(params, updates), state, loss, metrics
+
+    losses = []
+    for _ in range(steps):
+        params, state, loss, metrics = step(params, state)
+        losses.append(float(loss))
+    return losses, metrics

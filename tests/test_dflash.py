@@ -6,7 +6,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 
@@ -16,7 +15,7 @@ from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.dflash_train import DFlashTask, training_mask
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from test_speculative import _chi_square_pvalue, _exact_pair_distribution
-from conftest import peaked_tiny_target
+from conftest import peaked_tiny_target, train_on_fixed_batch
 
 V = 8
 
@@ -140,25 +139,7 @@ def test_sampled_dflash_decoding_matches_the_target_distribution(target, task, p
 
 
 def test_train_steps_reduce_the_loss_on_a_fixed_batch(task):
-    rng = np.random.default_rng(4)
-    tokens = jnp.asarray(rng.integers(0, V, (4, 24)), jnp.int32)
-    batch = {"tokens": tokens, "loss_mask": jnp.ones_like(tokens).at[:, :4].set(0).at[:, -1].set(0),
-             "attention_mask": jnp.ones_like(tokens)}
-    params = task.init_params(jax.random.key(0))
-    opt = optax.adam(3e-3)
-    state = opt.init(params)
-
-    @jax.jit
-    def step(params, state):
-        (loss, metrics), grads = jax.value_and_grad(task.loss_fn, has_aux=True)(
-            params, task.frozen(), batch, jax.random.key(0))  # fixed anchors
-        updates, state = opt.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, loss, metrics
-
-    losses = []
-    for _ in range(25):
-        params, state, loss, metrics = step(params, state)
-        losses.append(float(loss))
+    losses, metrics = train_on_fixed_batch(task, V, mask_last=True)
     assert losses[-1] < 0.7 * losses[0]
     assert set(metrics) == {"acc_1", "acc", "tau_est"} and 1 <= float(metrics["tau_est"]) <= 4
 

@@ -8,7 +8,6 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 
@@ -19,7 +18,7 @@ from specblock_jax.models.layers import attend, rope_cos_sin
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from specblock_jax.drafters.base import Prefill
 from specblock_jax.spec.dynamic_tree import build_topk_tree
-from conftest import peaked_tiny_target
+from conftest import peaked_tiny_target, train_on_fixed_batch
 
 V = 8
 
@@ -155,25 +154,7 @@ def test_greedy_eagle3_decoding_equals_autoregressive(target, task):
 
 
 def test_train_steps_reduce_the_loss_on_a_fixed_batch(target, task):
-    rng = np.random.default_rng(4)
-    tokens = jnp.asarray(rng.integers(0, V, (4, 24)), jnp.int32)
-    batch = {"tokens": tokens, "loss_mask": jnp.ones_like(tokens).at[:, :4].set(0),
-             "attention_mask": jnp.ones_like(tokens)}
-    params = task.init_params(jax.random.key(0))
-    opt = optax.adam(3e-3)
-    state = opt.init(params)
-
-    @jax.jit
-    def step(params, state):
-        (loss, metrics), grads = jax.value_and_grad(task.loss_fn, has_aux=True)(
-            params, task.frozen(), batch, jax.random.key(0))
-        updates, state = opt.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, loss, metrics
-
-    losses = []
-    for _ in range(25):
-        params, state, loss, metrics = step(params, state)
-        losses.append(float(loss))
+    losses, metrics = train_on_fixed_batch(task, V)
     assert losses[-1] < 0.7 * losses[0]
     assert set(metrics) >= {f"acc_{j}" for j in range(7)} and 0 <= float(metrics["acc_0"]) <= 1
 

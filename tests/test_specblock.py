@@ -6,7 +6,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from flax import nnx
 
@@ -18,7 +17,7 @@ from specblock_jax.drafters.specblock_train import (SpecBlockTask, draft_loss, l
                                                     rank_loss, run_blocks)
 from specblock_jax.spec.rank_tree import RankTreeSettings, build_rank_tree, rank_class
 from test_speculative import _chi_square_pvalue, _exact_pair_distribution
-from conftest import peaked_tiny_target
+from conftest import peaked_tiny_target, train_on_fixed_batch
 
 V = 32
 
@@ -240,25 +239,7 @@ def test_sampling_with_specblock_matches_the_target_distribution():
 
 def test_train_steps_reduce_the_loss_on_a_fixed_batch(target):
     task = SpecBlockTask({"num_blocks": 3}, target)
-    rng = np.random.default_rng(4)
-    tokens = jnp.asarray(rng.integers(0, V, (4, 24)), jnp.int32)
-    batch = {"tokens": tokens, "loss_mask": jnp.ones_like(tokens).at[:, :4].set(0),
-             "attention_mask": jnp.ones_like(tokens)}
-    params = task.init_params(jax.random.key(0))
-    opt = optax.adam(3e-3)
-    state = opt.init(params)
-
-    @jax.jit
-    def step(params, state):
-        (loss, metrics), grads = jax.value_and_grad(task.loss_fn, has_aux=True)(
-            params, task.frozen(), batch, jax.random.key(0))
-        updates, state = opt.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, loss, metrics
-
-    losses = []
-    for _ in range(25):
-        params, state, loss, metrics = step(params, state)
-        losses.append(float(loss))
+    losses, metrics = train_on_fixed_batch(task, V)
     assert losses[-1] < 0.7 * losses[0]
     assert {f"b{b}_acc_{j}" for b in (1, 2, 3) for j in range(4)} <= set(metrics)
     assert 0 <= float(metrics["b1_rank_acc"]) <= 1

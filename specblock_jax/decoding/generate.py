@@ -258,8 +258,8 @@ def generate(
         exe, compile_s = compiled(fn, static, *args)
         t0 = time.perf_counter()
         outputs = tuple(exe(*args))
-        # the adapter's extra outputs (collected features) stay on the device
-        outputs = tuple(jax.device_get(outputs[:4]) if layout is None else layout.outputs(outputs)) + outputs[4:]
+        collected = outputs[4:]  # the adapter's history and features: they stay on the device
+        outputs = tuple(jax.device_get(outputs[:4]) if layout is None else layout.outputs(outputs))
         wall = time.perf_counter() - t0
         out, generated, stopped = outputs[:3]
         forwards = outputs[3] if spec is not None else generated
@@ -270,7 +270,7 @@ def generate(
         event = None
         if adapter is not None:
             real = len(chunk)
-            history, hist_len, feats = outputs[4:]
+            history, hist_len, feats = collected
             event = adapter.after_batch(
                 history, hist_len, lengths, feats, real, tokens=int(sum(generated[:real]) - real),
                 forwards=int(sum(forwards[:real])), decode_s=wall,

@@ -28,8 +28,8 @@ from specblock_jax.adaptation.objective import register_objective
 from specblock_jax.drafters.dflash import DFlashConfig, DFlashDrafter, head_logits, init_dflash, target_head
 from specblock_jax.drafters.io import save_drafter
 from specblock_jax.models.target import Target
-from specblock_jax.models.transformer import apply, causal_mask, positions_from_valid
-from specblock_jax.training.task import register_task
+from specblock_jax.models.transformer import positions_from_valid
+from specblock_jax.training.task import frozen_target_outputs, register_task
 
 
 def sample_anchors(key, loss_mask, num_anchors: int):
@@ -106,15 +106,13 @@ class DFlashTask:
         return {"target": self.target.params, "head": self.head}
 
     def loss_fn(self, params, frozen, batch, key):
-        tokens, valid = batch["tokens"], batch["attention_mask"]
-        b, t = tokens.shape
-        out = apply(self.target.graphdef, frozen["target"], tokens, positions_from_valid(valid),
-                    causal_mask(b, t, valid), hidden_ids=self.config.feature_layers, compute_logits=False)
-        hidden = jax.lax.stop_gradient(out.hidden)
+        hidden, _ = frozen_target_outputs(self.target, frozen["target"], batch, self.config.feature_layers,
+                                          logits=False)
         model = nnx.merge(self.graphdef, params)
         embed = jax.lax.stop_gradient(frozen["target"]["embed_tokens"])
         head = jax.lax.stop_gradient(frozen["head"])
-        return dflash_loss(model, embed, head, hidden, tokens, batch["loss_mask"], valid, key,
+        return dflash_loss(model, embed, head, hidden, batch["tokens"], batch["loss_mask"],
+                           batch["attention_mask"], key,
                            self.num_anchors, self.config.block_size, self.config.mask_token_id, self.gamma)
 
     def drafter(self) -> DFlashDrafter:

@@ -21,8 +21,7 @@ from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, init_eagl
 from specblock_jax.drafters.io import save_drafter
 from specblock_jax.models.layers import attend, rope_cos_sin
 from specblock_jax.models.target import Target
-from specblock_jax.models.transformer import apply, causal_mask, positions_from_valid
-from specblock_jax.training.task import register_task
+from specblock_jax.training.task import frozen_target_outputs, register_task
 
 
 def _shift(x: jax.Array, k: int, fill=0) -> jax.Array:
@@ -87,15 +86,11 @@ class Eagle3Task:
         return self.target.params
 
     def loss_fn(self, params, frozen, batch, key):
-        tokens, valid = batch["tokens"], batch["attention_mask"]
-        b, t = tokens.shape
-        out = apply(self.target.graphdef, frozen, tokens, positions_from_valid(valid),
-                    causal_mask(b, t, valid), hidden_ids=self.config.feature_layers)
-        hidden, logits = jax.lax.stop_gradient((out.hidden, out.logits))
+        hidden, logits = frozen_target_outputs(self.target, frozen, batch, self.config.feature_layers)
         model = nnx.merge(self.graphdef, params)
         embed = jax.lax.stop_gradient(frozen["embed_tokens"])
-        return ttt_loss(model, embed, hidden, logits, tokens, batch["loss_mask"], valid, self.steps,
-                        self.decay)
+        return ttt_loss(model, embed, hidden, logits, batch["tokens"], batch["loss_mask"],
+                        batch["attention_mask"], self.steps, self.decay)
 
     def drafter(self) -> Eagle3Drafter:
         return Eagle3Drafter(self.config, self.graphdef, int(self.cfg.get("num_nodes", 16)),

@@ -30,9 +30,8 @@ from specblock_jax.drafters.io import save_drafter
 from specblock_jax.drafters.specblock import (RANK_CLASSES, SpecBlockConfig, SpecBlockDrafter,
                                               block_mask, init_specblock)
 from specblock_jax.models.target import Target
-from specblock_jax.models.transformer import apply, causal_mask, positions_from_valid
 from specblock_jax.spec.rank_tree import rank_class
-from specblock_jax.training.task import register_task
+from specblock_jax.training.task import frozen_target_outputs, register_task
 
 
 def shift(x: jax.Array, s, fill=0) -> jax.Array:
@@ -204,14 +203,11 @@ class SpecBlockTask:
         return self.target.params
 
     def loss_fn(self, params, frozen, batch, key):
-        tokens, valid = batch["tokens"], batch["attention_mask"]
-        b, t = tokens.shape
-        out = apply(self.target.graphdef, frozen, tokens, positions_from_valid(valid),
-                    causal_mask(b, t, valid), hidden_ids=self.config.feature_layers)
-        hidden, logits = jax.lax.stop_gradient((out.hidden, out.logits))
+        hidden, logits = frozen_target_outputs(self.target, frozen, batch, self.config.feature_layers)
         model = nnx.merge(self.graphdef, params)
         embed = jax.lax.stop_gradient(frozen["embed_tokens"])
-        return specblock_loss(model, embed, hidden, logits, tokens, batch["loss_mask"], valid, key,
+        return specblock_loss(model, embed, hidden, logits, batch["tokens"], batch["loss_mask"],
+                              batch["attention_mask"], key,
                               num_blocks=self.num_blocks, decay=self.decay,
                               valid_prefix=self.valid_prefix, rank_weight=self.rank_weight,
                               loss_fraction=self.loss_fraction)

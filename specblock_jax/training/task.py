@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import jax
 
+from specblock_jax.models.transformer import apply, causal_mask, positions_from_valid
+
 if TYPE_CHECKING:
     import specblock_jax as sbj
 
@@ -60,6 +62,17 @@ class TrainTask(Protocol):
     def decoding_drafter(self, params) -> tuple[Any, Any]: ...  # (Drafter, drafter_params)
 
     def export(self, params, out_dir: str) -> None: ...  # save the trained drafter folder
+
+
+def frozen_target_outputs(target: "sbj.Target", params, batch: dict[str, jax.Array],
+                          hidden_ids: tuple[int, ...], logits: bool = True):
+    """The frozen target over a training batch (inside a `loss_fn`): (hidden [B, T, n, H] at
+    `hidden_ids`, logits [B, T, V] or None), under stop_gradient."""
+    tokens, valid = batch["tokens"], batch["attention_mask"]
+    b, t = tokens.shape
+    out = apply(target.graphdef, params, tokens, positions_from_valid(valid), causal_mask(b, t, valid),
+                hidden_ids=hidden_ids, compute_logits=logits)
+    return jax.lax.stop_gradient((out.hidden, out.logits))
 
 
 # kind -> builder(config dict, target); filled by register_task(kind, builder)
