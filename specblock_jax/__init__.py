@@ -13,6 +13,7 @@ The public API (functional): load a target, run it, generate from it, save it.
     sbj.save_target(target, "out_dir")
 """
 
+from specblock_jax import _quiet  # noqa: F401  (first: silences transformers' no-PyTorch advisory)
 from specblock_jax import adaptation
 from specblock_jax.decoding import GenerationResult, SamplingParams, generate
 from specblock_jax.drafters.io import load_drafter, save_drafter
