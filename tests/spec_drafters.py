@@ -7,7 +7,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.spec import DraftTree, ancestor_mask
+from specblock_jax.trees import DraftTree, ancestor_mask
 
 
 @dataclasses.dataclass(frozen=True)

@@ -84,7 +84,7 @@ def test_update_appends_the_context_a_prefill_would_give(target, task, params):
     """Prefill 5 tokens, accept root + 2 drafts: the next block's logits equal those after a prefill
     of all 8 committed tokens."""
     from specblock_jax.drafters.base import DraftContext
-    from specblock_jax.spec.verify import VerifyResult
+    from specblock_jax.trees.verify import VerifyResult
 
     drafter, dparams = task.decoding_drafter(params)
     seq = jnp.asarray([[5, 1, 7, 2, 6, 4, 0, 2, 3]])  # prompt (5), root 4, drafts 0 2, bonus 3
@@ -100,7 +100,7 @@ def test_update_appends_the_context_a_prefill_would_give(target, task, params):
                               jnp.asarray([[0, 2, 3, -1]]))
         ctx = DraftContext(jnp.zeros((1, 24), jnp.int32), jnp.asarray([9]), jnp.asarray([3]), jnp.asarray([8]))
         state = drafter.update(dp, state, ctx, result, hidden[:, 5:9])
-        return drafter.draft_logits(dp, state, jnp.asarray([3])), state["length"]
+        return drafter.draft_logits(dp, state, jnp.asarray([3])), state.length
 
     got, length = stepped(dparams)
     want = jax.jit(lambda dp: drafter.draft_logits(dp, drafter.init_state(dp, prefill(8), 24), seq[:, 8]))(dparams)

@@ -17,7 +17,7 @@ from specblock_jax.drafters.eagle3_train import Eagle3Task, _shift
 from specblock_jax.models.layers import attend, rope_cos_sin
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from specblock_jax.drafters.base import Prefill
-from specblock_jax.spec.dynamic_tree import build_topk_tree
+from specblock_jax.trees.topk_tree import build_topk_tree
 from conftest import peaked_tiny_target, train_on_fixed_batch
 
 V = 8
@@ -87,7 +87,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def task(target):
-    return Eagle3Task({"num_nodes": 12, "top_k": 3, "depth": 4}, target)
+    return Eagle3Task({"num_nodes": 12, "top_k": 3, "depth": 4, "ttt_steps": 7}, target)
 
 
 def _features(target, tokens, layers):
@@ -134,7 +134,7 @@ def test_training_time_test_matches_decoding_side_drafting(target, task):
             outs.append(jax.nn.log_softmax(model.logits(feat), -1)[0, 4])
         logq0 = outs[0]
         logq1[x] = outs[1]
-    np.testing.assert_allclose(jax.nn.log_softmax(state["logits"][0]), logq0, atol=1e-5)
+    np.testing.assert_allclose(jax.nn.log_softmax(state.logits[0]), logq0, atol=1e-5)
     pairs = sorted(((float(logq0[x] + logq1[x][c]), x, c) for x, c in itertools.product(range(V), range(V))),
                    reverse=True)[:V]
     toks, pars = np.asarray(tree.tokens)[0], np.asarray(tree.parents)[0]
@@ -174,7 +174,7 @@ def test_save_and_load_round_trip(target, task, tmp_path):
 
 
 def test_calibration_times_each_setting_and_picks_the_fastest(target, task):
-    from specblock_jax.spec.calibrate import calibrate
+    from specblock_jax.decoding.calibrate import calibrate
 
     bundle = task.decoding_drafter(task.init_params(jax.random.key(6)))
     out = calibrate(target, bundle, [[1, 2, 3], [4, 5, 6, 7]], nodes=(4, 7), depths=(2,), max_new_tokens=12)

@@ -20,10 +20,11 @@ import yaml
 
 import specblock_jax as sbj
 from specblock_jax.drafters import PromptLookup
-from specblock_jax.training import task as task_mod
+from specblock_jax.drafters import registry
 from specblock_jax.training.regen_dataset import BatchIterator, RegenDataset, is_validation
-from specblock_jax.training.trainer import (lr_schedule, make_optimizer, make_train_step, train,
-                                            with_defaults)
+from specblock_jax.training.task import parse_settings
+from specblock_jax.training.trainer import (TRAINER_DEFAULTS, lr_schedule, make_optimizer, make_train_step,
+                                            train, with_defaults)
 from train import cli
 
 VOCAB = 64
@@ -278,27 +279,57 @@ def test_time_budget_stops_the_run(target, data, tmp_path):
 
 # -------------------------------------------------------------------------------- registry
 
-def test_register_task_refuses_reserved_and_conflicting_kinds(monkeypatch):
-    monkeypatch.setattr(task_mod, "TASKS", {})
-    task_mod.register_task("bigram", BigramTask)
-    task_mod.register_task("bigram", BigramTask)  # the same builder again: a no-op
-    assert task_mod.TASKS == {"bigram": BigramTask}
+def _no_load(*args):
+    raise AssertionError("the bigram kind has no drafter folders")
+
+
+BIGRAM = registry.DrafterKind("bigram", load=_no_load, task=BigramTask)
+
+
+def test_register_refuses_reserved_conflicting_and_malformed_kinds(monkeypatch):
+    registry.kinds()  # import every built-in kind first: the patched copy below then holds them all
+    monkeypatch.setattr(registry, "_KINDS", dict(registry._KINDS))
+    registry.register(BIGRAM)
+    registry.register(BIGRAM)  # the same entry again (a module imported twice): a no-op
+    assert registry.get("bigram") is BIGRAM
     with pytest.raises(ValueError, match="'bigram' is already registered"):
-        task_mod.register_task("bigram", lambda cfg, target: None)
+        registry.register(registry.DrafterKind("bigram", load=_no_load))
     with pytest.raises(ValueError, match="'target' is reserved"):
-        task_mod.register_task("target", BigramTask)
-    with pytest.raises(ValueError, match="letters, digits"):
-        task_mod.register_task("a b", BigramTask)
+        registry.register(registry.DrafterKind("target", load=_no_load))
+    with pytest.raises(ValueError, match="letter"):
+        registry.register(registry.DrafterKind("a b", load=_no_load))
+    with pytest.raises(ValueError, match="unknown drafter kind 'no_such_kind'"):
+        registry.get("no_such_kind")
 
 
-def test_load_builtin_tasks_skips_missing_modules_but_not_broken_ones(monkeypatch, tmp_path):
-    monkeypatch.setattr(task_mod, "BUILTIN_TASK_MODULES", ("specblock_jax.drafters.no_such_kind",))
-    assert task_mod.load_builtin_tasks() is task_mod.TASKS
-    (tmp_path / "broken_kind_mod.py").write_text("import no_such_dependency_xyz\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(task_mod, "BUILTIN_TASK_MODULES", ("broken_kind_mod",))
-    with pytest.raises(ImportError, match="no_such_dependency_xyz"):
-        task_mod.load_builtin_tasks()
+def test_kind_settings_are_typed_and_checked(target):
+    from specblock_jax.drafters.eagle3_train import Eagle3Task, Eagle3TrainConfig
+    s = parse_settings(Eagle3TrainConfig, {"feature_layers": [1, 2, 3], "ttt_decay": 1, "ttt_steps": 3})
+    assert s == Eagle3TrainConfig(feature_layers=(1, 2, 3), ttt_decay=1.0, ttt_steps=3)
+    with pytest.raises(ValueError, match=r"eagle3: unknown setting\(s\) \['ttt_step'\]"):
+        Eagle3Task({"ttt_step": 3}, target)
+    with pytest.raises(ValueError, match=r"ttt_steps='4': expected int"):
+        parse_settings(Eagle3TrainConfig, {"ttt_steps": "4"})
+    with pytest.raises(ValueError, match=r"top_k=True: expected int"):
+        parse_settings(Eagle3TrainConfig, {"top_k": True})
+
+
+@pytest.mark.parametrize("kind", ["eagle3", "specblock", "dflash"])
+def test_shipped_configs_parse_and_code_defaults_agree_with_them(kind):
+    """Every key of a shipped drafter YAML is a run, trainer or kind key, and the kind's defaults
+    in code are the values its shipped YAML sets (no default that silently disagrees)."""
+    cfg = yaml.safe_load(Path(f"configs/drafters/{kind}.yaml").read_text())
+    own = {k: v for k, v in cfg.items() if k not in {**cli.CLI_DEFAULTS, **TRAINER_DEFAULTS}}
+    settings_cls = registry.get(kind).task.Settings
+    assert own == {k: v for k, v in cli.kind_defaults(kind).items() if k in own}
+    assert set(own) == set(cli.kind_defaults(kind))  # the YAML documents every kind key
+    parse_settings(settings_cls, own)
+
+
+def test_builtin_kinds_are_found_by_convention():
+    assert registry.kinds(trainable=True) == ["dflash", "eagle3", "specblock"]
+    assert set(registry.kinds()) >= {"blockpilot", "dflash", "eagle3", "specblock"}
+    assert registry.get("Eagle3Drafter") is registry.get("eagle3")  # folders written before the registry
 
 
 # ------------------------------------------------------------------------------------- CLI
@@ -324,7 +355,7 @@ def test_cli_overrides_are_typed_and_unknown_keys_refused(tmp_path):
 
 
 def test_cli_refuses_unknown_kinds_and_keys_with_clear_messages(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(task_mod.TASKS, "bigram", BigramTask)
+    monkeypatch.setitem(registry._KINDS, "bigram", BIGRAM)
     path = write_yaml(tmp_path / "d.yaml", {"dim": 16})
     with pytest.raises(SystemExit) as e:
         cli.main(["nope", "--config", str(path)])
@@ -347,7 +378,7 @@ def test_cli_target_kind_delegates_to_train_target(monkeypatch):
 
 
 def test_cli_trains_a_registered_kind_end_to_end(tiny_ckpt, tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(task_mod.TASKS, "bigram", BigramTask)
+    monkeypatch.setitem(registry._KINDS, "bigram", BIGRAM)
     vocab = sbj.load_target(tiny_ckpt).config.vocab_size
     recs = records(400, vocab=vocab)
     val_ids = [r["id"] for r in recs if is_validation(r["id"])]

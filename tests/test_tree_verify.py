@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import spec_reference as ref
-from specblock_jax.spec import (DraftTree, ancestor_mask, chain_parents, child_table, depths,
+from specblock_jax.trees import (DraftTree, ancestor_mask, chain_parents, child_table, depths,
                                 verify_greedy, verify_sampling_with_uniforms)
 
 

@@ -3,18 +3,19 @@
     specblock-train target --config configs/target/reference.yaml [key=value ...]
     specblock-train <kind> --config configs/drafters/<kind>.yaml [key=value ...]
 
-`target` runs `train.train_target`. Any other kind must be registered in
-`specblock_jax.training.task.TASKS` (drafter modules register themselves when imported; see
-`load_builtin_tasks`). For a drafter kind the config is the YAML merged over `CLI_DEFAULTS` and
-`trainer.TRAINER_DEFAULTS` (configs/drafters/README.md lists them), then the `key=value` overrides,
-each typed like the value it replaces; an unknown key is refused. The run:
+`target` runs `train.train_target`. Any other kind is a drafter kind with a training task in the
+drafter registry (`specblock_jax.drafters.registry`). For a drafter kind the config is the YAML
+merged over `CLI_DEFAULTS`, `trainer.TRAINER_DEFAULTS` (configs/drafters/README.md lists them) and
+the kind's settings dataclass (`Task.Settings`), then the `key=value` overrides, each typed like
+the value it replaces; an unknown key is refused. The run:
   1. loads the target from `target_dir`;
   2. builds the `specblock_regen` TFDS dataset of `regen_dir` into `tfds_dir` and batches its
      train split with `BatchIterator(batch_size, max_len, seed)`;
   3. takes the first `eval_num_prompts` evaluation prompts: from the prompt JSONL `eval_prompts`
      ({"id", "prompt"} per line) if set, else the distinct prompts of the regen validation split;
-  4. builds the task with `TASKS[kind](cfg, target)` and runs `trainer.train` (resumable: rerun
-     the same command after an interruption).
+  4. builds the task from the kind's own keys (`registry.get(kind).task(settings, target)`, which
+     parses them into its frozen settings dataclass) and runs `trainer.train` (resumable: rerun the
+     same command after an interruption).
 
 `--mesh data=4,model=2` runs the drafter's train step sharded (FSDP + tensor parallel, batch over
 "data"); checkpoints restore onto any mesh shape. Multi-host: `--coordinator/--num-processes/
@@ -26,6 +27,7 @@ the global batch and each host reads every process_count-th training example
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -39,7 +41,7 @@ import specblock_jax as sbj
 from infer.decode import read_prompts
 from specblock_jax import parallel
 from specblock_jax.training.regen_dataset import BatchIterator, build_tfds
-from specblock_jax.training.task import load_builtin_tasks
+from specblock_jax.drafters import registry
 from specblock_jax.training.trainer import TRAINER_DEFAULTS, train
 from train import train_target
 
@@ -57,8 +59,18 @@ CLI_DEFAULTS: dict[str, Any] = {
 }
 
 
-def load_drafter_config(path: str | Path, overrides: Sequence[str] = ()) -> dict[str, Any]:
-    """The YAML at `path` over the CLI and trainer defaults, with `key=value` overrides applied.
+def kind_defaults(kind: str) -> dict[str, Any]:
+    """The defaults of drafter kind `kind`'s own settings ({} for a task without `Settings`)."""
+    settings = getattr(registry.get(kind).task, "Settings", None)
+    if settings is None:
+        return {}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(settings()).items()}
+
+
+def load_drafter_config(path: str | Path, overrides: Sequence[str] = (),
+                        defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The YAML at `path` over the CLI, trainer and `defaults` (the kind's settings), with
+    `key=value` overrides applied.
 
     Raises ValueError naming the bad item for a non-mapping YAML, an override without '=', an
     unknown key or a value of the wrong type.
@@ -66,7 +78,7 @@ def load_drafter_config(path: str | Path, overrides: Sequence[str] = ()) -> dict
     loaded = yaml.safe_load(Path(path).read_text())
     if not isinstance(loaded, dict):
         raise ValueError(f"{path}: expected a mapping of settings")
-    cfg = {**CLI_DEFAULTS, **TRAINER_DEFAULTS, **loaded}
+    cfg = {**CLI_DEFAULTS, **TRAINER_DEFAULTS, **(defaults or {}), **loaded}
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep:
@@ -115,12 +127,15 @@ def eval_prompt_list(cfg: dict[str, Any], sources: dict[str, Any]) -> list[str |
 
 
 def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str, Any]:
-    """Loads the target and data of `cfg`, builds `TASKS[kind]` and trains it; the summary.
+    """Loads the target and data of `cfg`, builds the kind's task from its own keys (those that
+    are not run or trainer keys) and trains it; the summary.
     mesh: None (one device) or a `jax.sharding.Mesh` (see `specblock_jax.parallel`)."""
-    tasks = load_builtin_tasks()
-    if kind not in tasks:
-        raise ValueError(f"unknown drafter kind {kind!r} (registered: {sorted(tasks)})")
+    builder = registry.get(kind).task
+    if builder is None:
+        raise ValueError(f"drafter kind {kind!r} has no training task (trainable: {registry.kinds(trainable=True)})")
     cfg = resolve_paths(cfg, kind)
+    run_keys = {*CLI_DEFAULTS, *TRAINER_DEFAULTS, "kind", "run_dir", "out_dir"}
+    settings = {k: v for k, v in cfg.items() if k not in run_keys}
     target = sbj.load_target(cfg["target_dir"], dtype=cfg["target_dtype"] or None)
     hosts = jax.process_count()
     if hosts > 1 and cfg["batch_size"] % hosts:
@@ -143,12 +158,12 @@ def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str,
     print(json.dumps(cfg))
     print(f"{kind}: {len(train_source):,} training examples, {len(prompts)} evaluation prompts, "
           f"run dir {cfg['run_dir']}")
-    task = tasks[kind](cfg, target)
+    task = builder(settings, target)
     return train(task, cfg, target, data_iter_factory, prompts, mesh=mesh)
 
 
 def main(argv: list[str] | None = None) -> None:
-    kinds = ["target", *sorted(load_builtin_tasks())]
+    kinds = ["target", *registry.kinds(trainable=True)]
     parser = argparse.ArgumentParser(
         prog="specblock-train", description=__doc__.split("\n\n")[0],
         epilog=f"kinds: {', '.join(kinds)}")
@@ -178,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     if not Path(args.config).is_file():
         parser.error(f"--config {args.config}: no such file")
     try:
-        cfg = load_drafter_config(args.config, args.overrides)
+        cfg = load_drafter_config(args.config, args.overrides, kind_defaults(args.kind))
     except ValueError as e:
         parser.error(str(e))
     summary = train_drafter(args.kind, cfg, mesh=mesh)

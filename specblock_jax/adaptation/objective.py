@@ -10,8 +10,8 @@ controller uses to compare parameters (before / after an update) on the same fre
 params: the drafter's full decoding params (e.g. {"draft", "embed"}); hidden [B, T, n, H];
 tokens/loss_mask/valid [B, T] int32 (loss_mask[i] = 1: the prediction made at position i, of token
 i + 1, is scored); depth: how far ahead the loss drafts (EAGLE-3 training-time-test steps,
-SpecBlock blocks; 0 = the kind's default), the main lever on an update's cost. Each kind registers its objective under its drafter class name from its
-training module (`register_objective`), imported by `training.task.load_builtin_tasks`.
+SpecBlock blocks; 0 = the kind's default), the main lever on an update's cost. Each kind names
+its objective in its drafter registry entry (`specblock_jax.drafters.registry`).
 """
 
 from __future__ import annotations
@@ -21,25 +21,19 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from specblock_jax.drafters import registry
+
 Objective = Callable[..., tuple[jax.Array, jax.Array]]
-OBJECTIVES: dict[str, Objective] = {}
-
-
-def register_objective(drafter_kind: str, objective: Objective) -> None:
-    """Registers the adaptation objective of drafters whose class is named `drafter_kind`."""
-    OBJECTIVES[drafter_kind] = objective
 
 
 def objective_for(drafter: Any) -> Objective:
     """The registered objective of `drafter`'s kind; a clear error for a kind that cannot adapt."""
-    from specblock_jax.training.task import load_builtin_tasks
-
-    load_builtin_tasks()
-    kind = type(drafter).__name__
-    if kind not in OBJECTIVES:
-        raise ValueError(f"drafter kind {kind} cannot adapt at serving time (no registered "
-                         f"objective; adaptable kinds: {sorted(OBJECTIVES)})")
-    return OBJECTIVES[kind]
+    kind = registry.kind_of(drafter)
+    if kind.objective is None:
+        adaptable = [k for k in registry.kinds() if registry.get(k).objective is not None]
+        raise ValueError(f"drafter kind {kind.name} cannot adapt at serving time (no registered "
+                         f"objective; adaptable kinds: {adaptable})")
+    return kind.objective
 
 
 def label_logits(tokens: jax.Array, vocab_size: int) -> jax.Array:

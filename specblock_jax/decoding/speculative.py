@@ -24,8 +24,8 @@ from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.transformer import apply, causal_mask
 from specblock_jax.parallel.activation import constrain_cache
-from specblock_jax.spec.tree import ancestor_mask, depths
-from specblock_jax.spec.verify import verify_greedy, verify_sampling
+from specblock_jax.trees.tree import ancestor_mask, depths
+from specblock_jax.trees.verify import verify_greedy, verify_sampling
 
 
 def _write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple, Protocol
 
 import jax
 
-from specblock_jax.spec.tree import DraftTree
-from specblock_jax.spec.verify import VerifyResult
+from specblock_jax.trees.tree import DraftTree
+from specblock_jax.trees.verify import VerifyResult
 
 
 class DraftContext(NamedTuple):

@@ -12,7 +12,7 @@ candidate sizes (`sizes`, e.g. 14..18), trained with cross-entropy on oracle lab
 it runs the policy on every row and stores the chosen sizes in the drafter state, so one compiled
 loop serves any mix of sizes; `propose`/`update` are the DFlash drafter's.
 
-Folder layout (`save_blockpilot`): config.json {"kind": "BlockPilotDrafter", "dflash_dir" (relative
+Folder layout (`save_blockpilot`): config.json {"kind": "blockpilot", "dflash_dir" (relative
 to the folder, or absolute), "policy": PolicyConfig} + policy.safetensors.
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import ClassVar
 import os
 from pathlib import Path
 
@@ -30,7 +31,8 @@ from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from specblock_jax.drafters.dflash import DFlashDrafter
-from specblock_jax.drafters.io import _fill, _flatten, load_drafter, register_loader
+from specblock_jax.drafters.io import fill_params, flatten_params, load_drafter
+from specblock_jax.drafters.registry import DrafterKind, register
 
 FEATURE_KINDS = ("topk", "full")
 
@@ -98,6 +100,7 @@ class BlockPilotDrafter:
     """DFlash drafting with a per-request block size. params = {"dflash": DFlash params,
     "policy": policy params}. `dflash.block_size` must be max(policy.sizes)."""
 
+    kind: ClassVar[str] = "blockpilot"
     dflash: DFlashDrafter
     policy: PolicyConfig
     policy_graphdef: nnx.GraphDef
@@ -127,14 +130,15 @@ def save_blockpilot(path: str | os.PathLike, policy: PolicyConfig, policy_params
     """Writes config.json (policy settings, the DFlash folder it drives) and policy.safetensors (fp32)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    meta = {"kind": "BlockPilotDrafter", "dflash_dir": dflash_dir, "policy": dataclasses.asdict(policy)}
+    meta = {"kind": BlockPilotDrafter.kind, "dflash_dir": dflash_dir, "policy": dataclasses.asdict(policy)}
     (path / "config.json").write_text(json.dumps(meta, indent=2))
-    flat = {k: np.asarray(jax.device_get(v), np.float32) for k, v in _flatten(policy_params).items()}
+    flat = {k: np.asarray(jax.device_get(v), np.float32) for k, v in flatten_params(policy_params).items()}
     save_file(flat, str(path / "policy.safetensors"), metadata={"format": "flax"})
     return path
 
 
-def _load(path, meta, target, dtype, decoding):
+def load_blockpilot(path, meta, target, dtype, decoding):
+    """The `load` of the "blockpilot" kind (drafters/registry.py)."""
     raw = dict(meta["policy"])
     raw["sizes"] = tuple(raw["sizes"])
     policy = PolicyConfig(**raw)
@@ -151,10 +155,10 @@ def _load(path, meta, target, dtype, decoding):
 
 def _load_policy(path: Path, template: dict) -> dict:
     flat = load_file(str(path / "policy.safetensors"))
-    params = _fill(template, flat, jnp.float32, str(path))
+    params = fill_params(template, flat, jnp.float32, str(path))
     if flat:
         raise ValueError(f"{path}: unexpected tensors {sorted(flat)}")
     return params
 
 
-register_loader("BlockPilotDrafter", _load)
+register(DrafterKind("blockpilot", load=load_blockpilot))

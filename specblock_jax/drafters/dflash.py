@@ -32,16 +32,17 @@ drafter protocol does not receive the sampling parameters), then samples.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.io import check_target, load_weights, register_loader
+from specblock_jax.drafters.common import load_model, target_head
 from specblock_jax.models.config import ModelConfig, RopeConfig
-from specblock_jax.models.layers import MLP, RMSNorm, _normal, apply_rope, attend, rope_cos_sin, write_kv
-from specblock_jax.spec.tree import DraftTree, chain_parents
+from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, attend, rope_cos_sin, write_kv
+from specblock_jax.trees.tree import DraftTree, chain_parents
 
 DRAFT_MODES = ("auto", "greedy", "sample")
 
@@ -83,15 +84,14 @@ class DFlashLayer(nnx.Module):
     def __init__(self, c: DFlashConfig, rngs: nnx.Rngs):
         dt, h = jnp.dtype(c.dtype), c.hidden_size
         self.input_layernorm = RMSNorm(h, c.rms_norm_eps, dt)
-        self.q_proj = _normal(rngs, (h, c.num_heads, c.head_dim), dt)
-        self.k_proj = _normal(rngs, (h, c.num_kv_heads, c.head_dim), dt)
-        self.v_proj = _normal(rngs, (h, c.num_kv_heads, c.head_dim), dt)
-        self.o_proj = _normal(rngs, (c.num_heads, c.head_dim, h), dt)
+        self.q_proj = normal_param(rngs, (h, c.num_heads, c.head_dim), dt)
+        self.k_proj = normal_param(rngs, (h, c.num_kv_heads, c.head_dim), dt)
+        self.v_proj = normal_param(rngs, (h, c.num_kv_heads, c.head_dim), dt)
+        self.o_proj = normal_param(rngs, (c.num_heads, c.head_dim, h), dt)
         self.q_norm = RMSNorm(c.head_dim, c.rms_norm_eps, dt)
         self.k_norm = RMSNorm(c.head_dim, c.rms_norm_eps, dt)
         self.post_attention_layernorm = RMSNorm(h, c.rms_norm_eps, dt)
-        self.mlp = MLP(ModelConfig("qwen3", c.vocab_size, h, c.intermediate_size, 1, c.num_heads,
-                                   c.num_kv_heads, c.head_dim), dt, rngs)
+        self.mlp = MLP(h, c.intermediate_size, dt, rngs)
 
     def kv(self, x, cos, sin):
         """x [B, T, H] (context features or normed block) -> rotated k, v [B, T, K, D]."""
@@ -114,7 +114,7 @@ class DFlashModel(nnx.Module):
     def __init__(self, c: DFlashConfig, rngs: nnx.Rngs):
         dt = jnp.dtype(c.dtype)
         self.c = c
-        self.fc = _normal(rngs, (len(c.feature_layers) * c.hidden_size, c.hidden_size), dt)
+        self.fc = normal_param(rngs, (len(c.feature_layers) * c.hidden_size, c.hidden_size), dt)
         self.hidden_norm = RMSNorm(c.hidden_size, c.rms_norm_eps, dt)
         self.layers = nnx.List([DFlashLayer(c, rngs) for _ in range(c.num_layers)])
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, dt)
@@ -139,14 +139,11 @@ class DFlashModel(nnx.Module):
         return self.norm(x)
 
 
-def abstract_dflash(c: DFlashConfig):
-    graphdef, state = nnx.split(nnx.eval_shape(lambda: DFlashModel(c, rngs=nnx.Rngs(0))))
-    return graphdef, nnx.to_pure_dict(state)
-
-
-def init_dflash(c: DFlashConfig, seed: int = 0) -> tuple[nnx.GraphDef, dict]:
-    graphdef, state = nnx.split(DFlashModel(c, rngs=nnx.Rngs(seed)))
-    return graphdef, nnx.to_pure_dict(state)
+class DFlashState(NamedTuple):
+    cache: tuple  # per layer (k, v) [B, S, K, D]: context K/V of every committed token but the root
+    length: jax.Array  # [B] int32 committed entries (= the target's cache length)
+    block: jax.Array  # [B] int32 each sequence's block size (<= the static block_size)
+    sampled: jax.Array  # [B] bool: the sequence committed a non-argmax token ("auto" mode samples)
 
 
 def head_logits(hidden, head):
@@ -162,6 +159,7 @@ class DFlashDrafter:
     sequence drafts with its own size <= block_size (`init_state(..., block=)`, default all).
     """
 
+    kind: ClassVar[str] = "dflash"
     config: DFlashConfig
     graphdef: nnx.GraphDef
     block_size: int = 16
@@ -218,8 +216,8 @@ class DFlashDrafter:
         sampled = jnp.zeros((b,), bool)
         if self.draft_mode == "auto":
             sampled = jnp.argmax(prefill.logits, -1) != prefill.root
-        return {"cache": cache, "length": prefill.lengths.astype(jnp.int32),
-                "block": jnp.clip(block.astype(jnp.int32), 1, self.block_size), "sampled": sampled}
+        return DFlashState(cache, prefill.lengths.astype(jnp.int32),
+                           jnp.clip(block.astype(jnp.int32), 1, self.block_size), sampled)
 
     def block_mask(self, length, block, size):
         """[B, N, size + N] bool: context slots < length[b] and block slots < block[b]."""
@@ -234,11 +232,11 @@ class DFlashDrafter:
         model = self._model(params)
         n = self.block_size
         b = root.shape[0]
-        size = state["cache"][0][0].shape[1]
+        size = state.cache[0][0].shape[1]
         tokens = jnp.full((b, n), self.config.mask_token_id, jnp.int32).at[:, 0].set(root)
-        positions = state["length"][:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
+        positions = state.length[:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
         emb = jnp.take(params["embed"], tokens, axis=0).astype(jnp.dtype(self.config.dtype))
-        hidden = model.block(emb, positions, state["cache"], self.block_mask(state["length"], state["block"], size))
+        hidden = model.block(emb, positions, state.cache, self.block_mask(state.length, state.block, size))
         return head_logits(hidden[:, 1:], params["head"])
 
     def propose(self, params, state, ctx: DraftContext, key):
@@ -246,11 +244,11 @@ class DFlashDrafter:
         b, n = ctx.root.shape[0], self.block_size
         v = logits.shape[-1]
         greedy_tok = jnp.argmax(logits, -1).astype(jnp.int32)
-        valid = jnp.arange(n)[None, :] < state["block"][:, None]
+        valid = jnp.arange(n)[None, :] < state.block[:, None]
         if self.draft_mode == "greedy":  # deterministic drafts: q is one-hot (draft_probs None)
             tokens = jnp.concatenate([ctx.root[:, None], greedy_tok], axis=1)
             return DraftTree(tokens, chain_parents(b, n), valid), state
-        sample = state["sampled"] if self.draft_mode == "auto" else jnp.ones((b,), bool)
+        sample = state.sampled if self.draft_mode == "auto" else jnp.ones((b,), bool)
 
         def sampled(_):
             scaled = logits / self.draft_temperature
@@ -271,43 +269,27 @@ class DFlashDrafter:
         """Appends the context K/V of the accepted path (root + accepted drafts)."""
         model = self._model(params)
         b, n = result.path.shape
-        length = state["length"]
+        length = state.length
         count = ctx.cache_len - length  # committed this step (0 for finished rows)
         on_path = jnp.take_along_axis(hidden, result.path[:, :, None, None], axis=1)  # [B, N, n, H]
         feats = self._features(on_path).astype(jnp.dtype(self.config.dtype))
         pos = length[:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
         kv = model.context_kv(model.context(feats), pos)
         cache = tuple((write_kv(ck, k, length), write_kv(cv, v, length))
-                      for (ck, cv), (k, v) in zip(state["cache"], kv))
-        sampled = state["sampled"]
+                      for (ck, cv), (k, v) in zip(state.cache, kv))
+        sampled = state.sampled
         if self.draft_mode == "auto":
             last = jnp.take_along_axis(on_path, result.num_accepted[:, None, None, None], axis=1)
             seen = self._is_sampled(params, last[:, 0, self._final_index()], result.bonus)
             sampled = sampled | (seen & (count > 0))
-        return {**state, "cache": cache, "length": length + count, "sampled": sampled}
-
-
-def target_head(target) -> jax.Array:
-    """The target's LM head [H, V] (the transposed embedding when tied)."""
-    return nnx.merge(target.graphdef, target.params).head_weight()
+        return state._replace(cache=cache, length=length + count, sampled=sampled)
 
 
 def load_dflash(path, meta, target, dtype, decoding):
-    raw = dict(meta["config"])
-    raw["rope"] = RopeConfig(**raw["rope"])
-    raw["feature_layers"] = tuple(raw["feature_layers"])
-    config = DFlashConfig(**{**raw, "dtype": dtype})
-    check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
+    """The `load` of the "dflash" kind (drafters/registry.py)."""
+    config, graphdef, params = load_model(path, meta, target, dtype, DFlashConfig, DFlashModel)
     if target.config.num_layers != config.target_layers:
         raise ValueError(f"{path}: drafter trained for a {config.target_layers}-layer target, the "
                          f"target has {target.config.num_layers}")
-    graphdef, template = abstract_dflash(config)
-    params = load_weights(path, template, config.dtype)
     drafter = DFlashDrafter(config, graphdef, **{**meta["decoding"], **decoding})
     return drafter, {"draft": params, "embed": target.params["embed_tokens"], "head": target_head(target)}
-
-
-register_loader("DFlashDrafter", load_dflash)
-
-# BlockPilot drafter folders load through this module (io.DRAFTER_MODULES lists it)
-import specblock_jax.drafters.blockpilot  # noqa: E402,F401

@@ -20,16 +20,19 @@ Mask of the queries of one row, T = 4 context positions, two anchors p = 1 (bloc
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from specblock_jax.adaptation.objective import register_objective
-from specblock_jax.drafters.dflash import DFlashConfig, DFlashDrafter, head_logits, init_dflash, target_head
-from specblock_jax.drafters.io import save_drafter
+from specblock_jax.drafters.common import FeatureDrafterTask, target_head
+from specblock_jax.drafters.dflash import DFlashConfig, DFlashDrafter, DFlashModel, head_logits, load_dflash
+from specblock_jax.drafters.registry import DrafterKind, register
 from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import positions_from_valid
-from specblock_jax.training.task import frozen_target_outputs, register_task
+from specblock_jax.training.task import frozen_target_outputs, parse_settings
 
 
 def sample_anchors(key, loss_mask, num_anchors: int):
@@ -85,25 +88,39 @@ def dflash_loss(model, embed, head, target_hidden, tokens, loss_mask, valid, key
     return loss, metrics
 
 
-class DFlashTask:
-    """TrainTask for the DFlash-style drafter (see specblock_jax/training/task.py)."""
+@dataclasses.dataclass(frozen=True)
+class DFlashTrainConfig:
+    """The DFlash keys of a training config (configs/drafters/dflash.yaml)."""
 
-    def __init__(self, cfg: dict, target: Target):
-        self.cfg, self.target = cfg, target
-        layers = cfg.get("feature_layers")
-        self.config = DFlashConfig.for_target(
-            target.config, int(cfg.get("num_layers", 3)), tuple(layers) if layers else None,
-            int(cfg.get("block_size", 16)), int(cfg.get("mask_token_id", 3)))
-        self.graphdef, _ = init_dflash(self.config)
-        self.num_anchors = int(cfg.get("num_anchors", 16))
-        self.gamma = float(cfg.get("loss_gamma", 7.0))
+    num_layers: int = 3  # drafter decoder layers
+    feature_layers: tuple[int, ...] | None = None  # None = up to 5 layer outputs from 1 to the last
+    block_size: int = 16  # training block size B
+    num_anchors: int = 16  # anchors per sequence per step
+    loss_gamma: float = 7.0  # loss weight exp(-(k - 1) / gamma) of block offset k
+    mask_token_id: int = 3  # the tokenizer's MASK id
+    decode_block_size: int = 0  # decoding: block size drafted with (0 = block_size)
+    draft_mode: str = "auto"  # decoding: auto | greedy | sample
+
+
+class DFlashTask(FeatureDrafterTask):
+    """TrainTask for the DFlash-style drafter (see specblock_jax/training/task.py). The target's
+    embedding and LM head are reused, frozen; the drafter has no head of its own."""
+
+    Settings = DFlashTrainConfig
+    init_head_from_target = False
+
+    def __init__(self, settings: DFlashTrainConfig | dict[str, Any], target: Target):
+        s = parse_settings(DFlashTrainConfig, settings, "dflash: ")
+        config = DFlashConfig.for_target(target.config, s.num_layers, s.feature_layers, s.block_size,
+                                         s.mask_token_id)
+        self.setup(s, target, config, DFlashModel)
         self.head = target_head(target)
-
-    def init_params(self, key):
-        return init_dflash(self.config, int(jax.random.randint(key, (), 0, 2**31 - 1)))[1]
 
     def frozen(self):
         return {"target": self.target.params, "head": self.head}
+
+    def extra_decoding_params(self) -> dict:
+        return {"head": self.head}
 
     def loss_fn(self, params, frozen, batch, key):
         hidden, _ = frozen_target_outputs(self.target, frozen["target"], batch, self.config.feature_layers,
@@ -112,19 +129,13 @@ class DFlashTask:
         embed = jax.lax.stop_gradient(frozen["target"]["embed_tokens"])
         head = jax.lax.stop_gradient(frozen["head"])
         return dflash_loss(model, embed, head, hidden, batch["tokens"], batch["loss_mask"],
-                           batch["attention_mask"], key,
-                           self.num_anchors, self.config.block_size, self.config.mask_token_id, self.gamma)
+                           batch["attention_mask"], key, self.settings.num_anchors, self.config.block_size,
+                           self.config.mask_token_id, self.settings.loss_gamma)
 
     def drafter(self) -> DFlashDrafter:
-        return DFlashDrafter(self.config, self.graphdef, int(self.cfg.get("decode_block_size", 0))
-                             or self.config.block_size, str(self.cfg.get("draft_mode", "auto")))
-
-    def decoding_drafter(self, params):
-        return self.drafter(), {"draft": params, "embed": self.target.params["embed_tokens"],
-                                "head": self.head}
-
-    def export(self, params, out_dir: str) -> None:
-        save_drafter(self.drafter(), params, out_dir)
+        s = self.settings
+        return DFlashDrafter(self.config, self.graphdef, s.decode_block_size or self.config.block_size,
+                             s.draft_mode)
 
 
 def dflash_objective(drafter, params, hidden, tokens, loss_mask, valid, key, depth: int = 0):
@@ -139,5 +150,4 @@ def dflash_objective(drafter, params, hidden, tokens, loss_mask, valid, key, dep
     return loss, metrics["tau_est"]
 
 
-register_task("dflash", DFlashTask)
-register_objective("DFlashDrafter", dflash_objective)
+register(DrafterKind("dflash", load=load_dflash, task=DFlashTask, objective=dflash_objective))

@@ -16,16 +16,17 @@ next tree grows. Tree expansion writes scratch K/V after the committed entries; 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.io import check_target, load_weights, register_loader
+from specblock_jax.drafters.common import default_feature_layers, load_model
 from specblock_jax.models.config import ModelConfig, RopeConfig
-from specblock_jax.models.layers import MLP, RMSNorm, _normal, apply_rope, attend, rope_cos_sin, write_kv
-from specblock_jax.spec.dynamic_tree import build_topk_tree
+from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, attend, rope_cos_sin, write_kv
+from specblock_jax.trees.topk_tree import build_topk_tree
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,11 +44,8 @@ class Eagle3Config:
 
     @classmethod
     def for_target(cls, cfg: ModelConfig, feature_layers: tuple[int, ...] | None = None) -> "Eagle3Config":
-        """Same widths as the target. Features default to EAGLE-3's layers {2, L/2, L-3}; a target
-        with fewer than 8 layers gets {1, L/2, L-1} (distinct layers)."""
-        n = cfg.num_layers
-        if feature_layers is None:
-            feature_layers = (2, n // 2, n - 3) if n >= 8 else (1, (n + 1) // 2, n - 1)
+        """Same widths as the target; features default to `common.default_feature_layers`."""
+        feature_layers = feature_layers or default_feature_layers(cfg.num_layers)
         return cls(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads,
                    cfg.head_dim, cfg.vocab_size, tuple(feature_layers), cfg.rms_norm_eps, cfg.rope,
                    cfg.dtype)
@@ -60,13 +58,12 @@ class Eagle3Layer(nnx.Module):
         dt, h = jnp.dtype(c.dtype), c.hidden_size
         self.emb_norm = RMSNorm(h, c.rms_norm_eps, dt)
         self.hidden_norm = RMSNorm(h, c.rms_norm_eps, dt)
-        self.q_proj = _normal(rngs, (2 * h, c.num_heads, c.head_dim), dt)
-        self.k_proj = _normal(rngs, (2 * h, c.num_kv_heads, c.head_dim), dt)
-        self.v_proj = _normal(rngs, (2 * h, c.num_kv_heads, c.head_dim), dt)
-        self.o_proj = _normal(rngs, (c.num_heads, c.head_dim, h), dt)
+        self.q_proj = normal_param(rngs, (2 * h, c.num_heads, c.head_dim), dt)
+        self.k_proj = normal_param(rngs, (2 * h, c.num_kv_heads, c.head_dim), dt)
+        self.v_proj = normal_param(rngs, (2 * h, c.num_kv_heads, c.head_dim), dt)
+        self.o_proj = normal_param(rngs, (c.num_heads, c.head_dim, h), dt)
         self.post_norm = RMSNorm(h, c.rms_norm_eps, dt)
-        self.mlp = MLP(ModelConfig("llama", c.vocab_size, h, c.intermediate_size, 1, c.num_heads,
-                                   c.num_kv_heads, c.head_dim), dt, rngs)
+        self.mlp = MLP(h, c.intermediate_size, dt, rngs)
 
     def project(self, emb, feat, cos, sin):
         """emb, feat [B, T, H] -> rotated q [B, T, N, D], k, v [B, T, K, D]."""
@@ -85,10 +82,10 @@ class Eagle3Layer(nnx.Module):
 class Eagle3Model(nnx.Module):
     def __init__(self, c: Eagle3Config, rngs: nnx.Rngs):
         self.c = c
-        self.fc = _normal(rngs, (len(c.feature_layers) * c.hidden_size, c.hidden_size), jnp.dtype(c.dtype))
+        self.fc = normal_param(rngs, (len(c.feature_layers) * c.hidden_size, c.hidden_size), jnp.dtype(c.dtype))
         self.layer = Eagle3Layer(c, rngs)
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, jnp.dtype(c.dtype))
-        self.lm_head = _normal(rngs, (c.hidden_size, c.vocab_size), jnp.dtype(c.dtype))
+        self.lm_head = normal_param(rngs, (c.hidden_size, c.vocab_size), jnp.dtype(c.dtype))
 
     def fuse(self, target_hidden):
         """[B, T, n, H] target hidden states -> [B, T, H] features."""
@@ -109,25 +106,18 @@ class Eagle3Model(nnx.Module):
         return hidden, self.logits(hidden), (kc, vc)
 
 
-def abstract_eagle3(c: Eagle3Config):
-    model = nnx.eval_shape(lambda: Eagle3Model(c, rngs=nnx.Rngs(0)))
-    graphdef, state = nnx.split(model)
-    return graphdef, nnx.to_pure_dict(state)
-
-
-def init_eagle3(c: Eagle3Config, seed: int = 0, lm_head=None) -> tuple[nnx.GraphDef, dict]:
-    """(graphdef, trainable params); lm_head [H, V] optionally starts from the target's head."""
-    graphdef, state = nnx.split(Eagle3Model(c, rngs=nnx.Rngs(seed)))
-    params = nnx.to_pure_dict(state)
-    if lm_head is not None:
-        params["lm_head"] = jnp.array(lm_head, params["lm_head"].dtype, copy=True)  # never alias the target's
-    return graphdef, params
+class Eagle3State(NamedTuple):
+    cache: tuple[jax.Array, jax.Array]  # (k, v) [B, S, K, D]: committed entries, then tree scratch
+    length: jax.Array  # [B] int32 committed entries (= the target's cache length)
+    hidden: jax.Array  # [B, H] the last committed pair's output hidden (the next tree's root)
+    logits: jax.Array  # [B, V] its logits
 
 
 @dataclasses.dataclass(frozen=True)
 class Eagle3Drafter:
     """Decoding-side EAGLE-3 drafter. params = {"draft": trainable params, "embed": [V, H]}."""
 
+    kind: ClassVar[str] = "eagle3"
     config: Eagle3Config
     graphdef: nnx.GraphDef
     num_nodes: int = 16
@@ -166,19 +156,18 @@ class Eagle3Drafter:
         hidden, logits, cache = model.step(emb, model.fuse(prefill.hidden), jnp.broadcast_to(t, (b, p)),
                                            mask, cache, zero)
         last = (prefill.lengths - 1)[:, None]
-        return {"cache": cache, "length": prefill.lengths,
-                "hidden": jnp.take_along_axis(hidden, last[:, :, None], axis=1)[:, 0],
-                "logits": jnp.take_along_axis(logits, last[:, :, None], axis=1)[:, 0]}
+        return Eagle3State(cache, prefill.lengths, jnp.take_along_axis(hidden, last[:, :, None], axis=1)[:, 0],
+                           jnp.take_along_axis(logits, last[:, :, None], axis=1)[:, 0])
 
     def propose(self, params, state, ctx: DraftContext, key):
         model = self._model(params)
-        length = state["length"]
-        size = state["cache"][0].shape[1]
+        length = state.length
+        size = state.cache[0].shape[1]
         slots = jnp.arange(size)[None, None, :]
 
         def expand(carry, tokens, parent, node, anc, d):
             cache, hid = carry  # hid [B, M, H]: the hidden each expanded candidate produced
-            par_hidden = jnp.where(parent[:, :, None] < 0, state["hidden"][:, None, :],
+            par_hidden = jnp.where(parent[:, :, None] < 0, state.hidden[:, None, :],
                                    jnp.take_along_axis(hid, jnp.maximum(parent, 0)[:, :, None], axis=1))
             rel = slots - length[:, None, None]  # candidate m lives in slot length + m
             in_tree = (rel >= 0) & (rel < anc.shape[-1])
@@ -192,41 +181,33 @@ class Eagle3Drafter:
             return (cache, hid), jax.nn.log_softmax(logits, axis=-1)
 
         b = length.shape[0]
-        hid0 = jnp.zeros((b, self.top_k * self.depth, self.config.hidden_size), state["hidden"].dtype)
-        tree, (cache, _) = build_topk_tree(ctx.root, jax.nn.log_softmax(state["logits"], axis=-1), expand,
-                                           (state["cache"], hid0), self.top_k, self.depth, self.num_nodes)
-        return tree, {**state, "cache": cache}
+        hid0 = jnp.zeros((b, self.top_k * self.depth, self.config.hidden_size), state.hidden.dtype)
+        tree, (cache, _) = build_topk_tree(ctx.root, jax.nn.log_softmax(state.logits, axis=-1), expand,
+                                           (state.cache, hid0), self.top_k, self.depth, self.num_nodes)
+        return tree, state._replace(cache=cache)
 
     def update(self, params, state, ctx: DraftContext, result, hidden):
         """Appends the pairs (target feature of each accepted path node, the token after it)."""
         model = self._model(params)
         b, n = result.path.shape
-        length = state["length"]
+        length = state.length
         count = ctx.cache_len - length  # pairs committed this step (0 for finished rows)
         feats = model.fuse(jnp.take_along_axis(hidden, result.path[:, :, None, None], axis=1))
         emb = jnp.take(params["embed"], jnp.maximum(result.new_tokens, 0), axis=0)
-        size = state["cache"][0].shape[1]
+        size = state.cache[0].shape[1]
         t = jnp.arange(n)[None, :]
         slots = jnp.arange(size)[None, None, :]
         mask = slots <= (length[:, None] + t)[:, :, None]
-        h, logits, cache = model.step(emb, feats, length[:, None] + t, mask, state["cache"], length)
+        h, logits, cache = model.step(emb, feats, length[:, None] + t, mask, state.cache, length)
         last = jnp.maximum(count - 1, 0)[:, None, None]
         moved = (count > 0)[:, None]
-        return {"cache": cache, "length": length + count,
-                "hidden": jnp.where(moved, jnp.take_along_axis(h, last, axis=1)[:, 0], state["hidden"]),
-                "logits": jnp.where(moved, jnp.take_along_axis(logits, last, axis=1)[:, 0], state["logits"])}
+        return Eagle3State(cache, length + count,
+                           jnp.where(moved, jnp.take_along_axis(h, last, axis=1)[:, 0], state.hidden),
+                           jnp.where(moved, jnp.take_along_axis(logits, last, axis=1)[:, 0], state.logits))
 
 
-def _load(path, meta, target, dtype, decoding):
-    raw = dict(meta["config"])
-    raw["rope"] = RopeConfig(**raw["rope"])
-    raw["feature_layers"] = tuple(raw["feature_layers"])
-    config = Eagle3Config(**{**raw, "dtype": dtype})
-    check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
-    graphdef, template = abstract_eagle3(config)
-    params = load_weights(path, template, config.dtype)
+def load_eagle3(path, meta, target, dtype, decoding):
+    """The `load` of the "eagle3" kind (drafters/registry.py)."""
+    config, graphdef, params = load_model(path, meta, target, dtype, Eagle3Config, Eagle3Model)
     drafter = Eagle3Drafter(config, graphdef, **{**meta["decoding"], **decoding})
     return drafter, {"draft": params, "embed": target.params["embed_tokens"]}
-
-
-register_loader("Eagle3Drafter", _load)

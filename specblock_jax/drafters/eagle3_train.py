@@ -12,16 +12,20 @@ depth-j tree node sees when decoding.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from specblock_jax.adaptation.objective import chain_tau, label_logits, register_objective
-from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, init_eagle3
-from specblock_jax.drafters.io import save_drafter
+from specblock_jax.adaptation.objective import chain_tau, label_logits
+from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields
+from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Model, load_eagle3
+from specblock_jax.drafters.registry import DrafterKind, register
 from specblock_jax.models.layers import attend, rope_cos_sin
 from specblock_jax.models.target import Target
-from specblock_jax.training.task import frozen_target_outputs, register_task
+from specblock_jax.training.task import frozen_target_outputs, parse_settings
 
 
 def _shift(x: jax.Array, k: int, fill=0) -> jax.Array:
@@ -66,41 +70,37 @@ def ttt_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, vali
     return total, metrics
 
 
-class Eagle3Task:
+@dataclasses.dataclass(frozen=True)
+class Eagle3TrainConfig:
+    """The EAGLE-3 keys of a training config (configs/drafters/eagle3.yaml)."""
+
+    feature_layers: tuple[int, ...] | None = None  # HF hidden_states indices; None = the default rule
+    ttt_steps: int = 4  # training-time-test steps (EAGLE-3 uses 7; 4 is what a 2-core CPU affords)
+    ttt_decay: float = 0.8  # weight of step j: decay^j
+    num_nodes: int = 16  # decoding: tree node budget incl. the root
+    top_k: int = 4  # decoding: candidates per expansion
+    depth: int = 5  # decoding: expansion depth
+
+
+class Eagle3Task(FeatureDrafterTask):
     """TrainTask for the EAGLE-3-style drafter (see specblock_jax/training/task.py)."""
 
-    def __init__(self, cfg: dict, target: Target):
-        self.cfg, self.target = cfg, target
-        layers = cfg.get("feature_layers")
-        self.config = Eagle3Config.for_target(target.config, tuple(layers) if layers else None)
-        self.graphdef, _ = init_eagle3(self.config)  # structure only; params come from init_params
-        self.steps = int(cfg.get("ttt_steps", 7))
-        self.decay = float(cfg.get("ttt_decay", 0.8))
+    Settings = Eagle3TrainConfig
 
-    def init_params(self, key):
-        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-        head = nnx.merge(self.target.graphdef, self.target.params).head_weight()
-        return init_eagle3(self.config, seed, lm_head=head)[1]
-
-    def frozen(self):
-        return self.target.params
+    def __init__(self, settings: Eagle3TrainConfig | dict[str, Any], target: Target):
+        s = parse_settings(Eagle3TrainConfig, settings, "eagle3: ")
+        self.setup(s, target, Eagle3Config.for_target(target.config, s.feature_layers), Eagle3Model)
 
     def loss_fn(self, params, frozen, batch, key):
         hidden, logits = frozen_target_outputs(self.target, frozen, batch, self.config.feature_layers)
         model = nnx.merge(self.graphdef, params)
         embed = jax.lax.stop_gradient(frozen["embed_tokens"])
         return ttt_loss(model, embed, hidden, logits, batch["tokens"], batch["loss_mask"],
-                        batch["attention_mask"], self.steps, self.decay)
+                        batch["attention_mask"], self.settings.ttt_steps, self.settings.ttt_decay)
 
     def drafter(self) -> Eagle3Drafter:
-        return Eagle3Drafter(self.config, self.graphdef, int(self.cfg.get("num_nodes", 16)),
-                             int(self.cfg.get("top_k", 4)), int(self.cfg.get("depth", 5)))
-
-    def decoding_drafter(self, params):
-        return self.drafter(), {"draft": params, "embed": self.target.params["embed_tokens"]}
-
-    def export(self, params, out_dir: str) -> None:
-        save_drafter(self.drafter(), params, out_dir)
+        return Eagle3Drafter(self.config, self.graphdef,
+                             **settings_fields(self.settings, ("num_nodes", "top_k", "depth")))
 
 
 def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, depth: int = 0):
@@ -114,5 +114,4 @@ def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, dep
     return loss, chain_tau(jnp.stack([metrics[f"acc_{j}"] for j in range(steps)]))
 
 
-register_task("eagle3", Eagle3Task)
-register_objective("Eagle3Drafter", eagle3_objective)
+register(DrafterKind("eagle3", load=load_eagle3, task=Eagle3Task, objective=eagle3_objective))

@@ -1,5 +1,7 @@
 """Drafter folders: `config.json` (kind, architecture, decoding settings) + `model.safetensors`.
 
+The "kind" names the drafter kind in the registry (`drafters/registry.py`), which knows its loader.
+
 A drafter folder holds only the drafter's own trained weights. Weights it shares with its target
 (the frozen embedding) are taken from the target at load time, after checking that the target's
 vocabulary and width match the ones the drafter was trained for.
@@ -18,24 +20,26 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from specblock_jax.drafters import registry
 from specblock_jax.models.target import Target
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
+def flatten_params(tree: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested dict of arrays -> {"a/b/c": array}."""
     out = {}
     for k, v in tree.items():
         name = f"{prefix}{k}"
-        out.update(_flatten(v, name + "/") if isinstance(v, dict) else {name: v})
+        out.update(flatten_params(v, name + "/") if isinstance(v, dict) else {name: v})
     return out
 
 
-def _fill(template: dict, flat: dict[str, np.ndarray], dtype, where: str, prefix: str = "") -> dict:
+def fill_params(template: dict, flat: dict[str, np.ndarray], dtype, where: str, prefix: str = "") -> dict:
     """The template's structure with arrays from `flat` (shapes checked, every key used)."""
     out = {}
     for k, v in template.items():
         name = f"{prefix}{k}"
         if isinstance(v, dict):
-            out[k] = _fill(v, flat, dtype, where, name + "/")
+            out[k] = fill_params(v, flat, dtype, where, name + "/")
             continue
         if name not in flat:
             raise ValueError(f"{where}: tensor {name!r} is missing")
@@ -50,35 +54,21 @@ def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "b
     """Writes the drafter's settings and its trainable weights (stored as `dtype`)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    kind = getattr(drafter, "kind", None) or type(drafter).__name__
+    kind = drafter.kind
     settings = {f.name: getattr(drafter, f.name) for f in dataclasses.fields(drafter)
                 if f.name not in ("config", "graphdef")}
     meta = {"kind": kind, "config": dataclasses.asdict(drafter.config), "decoding": settings}
     (path / "config.json").write_text(json.dumps(meta, indent=2))
     np_dtype = jnp.dtype(dtype)
-    flat = {k: np.asarray(jax.device_get(v)).astype(np_dtype) for k, v in _flatten(params).items()}
+    flat = {k: np.asarray(jax.device_get(v)).astype(np_dtype) for k, v in flatten_params(params).items()}
     save_file(flat, str(path / "model.safetensors"), metadata={"format": "flax"})
     return path
-
-
-# kind (config.json "kind") -> loader(path, meta, target, dtype, decoding) -> (Drafter, params);
-# filled by `register_loader` at import time of each drafter module listed in DRAFTER_MODULES.
-LOADERS: dict[str, Any] = {}
-DRAFTER_MODULES: tuple[str, ...] = (
-    "specblock_jax.drafters.eagle3", "specblock_jax.drafters.specblock", "specblock_jax.drafters.dflash")
-
-
-def register_loader(kind: str, loader) -> None:
-    """Registers `loader(path, meta, target, dtype, decoding) -> (Drafter, params)` for `kind`."""
-    if LOADERS.get(kind, loader) is not loader:
-        raise ValueError(f"drafter kind {kind!r} already has a loader")
-    LOADERS[kind] = loader
 
 
 def load_weights(path: Path, template: dict, dtype) -> dict:
     """The drafter folder's weights in the structure of `template` (every tensor checked)."""
     flat = load_file(str(path / "model.safetensors"))
-    params = _fill(template, flat, jnp.dtype(dtype), str(path))
+    params = fill_params(template, flat, jnp.dtype(dtype), str(path))
     if flat:
         raise ValueError(f"{path}: unexpected tensors {sorted(flat)}")
     return params
@@ -96,18 +86,12 @@ def check_target(path: Path, vocab_size: int, hidden_size: int, layers: tuple[in
 def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = None, **decoding):
     """(Drafter, params) ready for `sbj.generate(target, ..., drafter=...)`. `decoding` overrides
     the saved decoding settings (e.g. num_nodes=32, depth=6)."""
-    import importlib
-
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path}: not a drafter folder (config.json is missing)")
     meta = json.loads((path / "config.json").read_text())
-    for name in DRAFTER_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            if e.name != name:
-                raise
-    if meta.get("kind") not in LOADERS:
-        raise ValueError(f"{path}: unknown drafter kind {meta.get('kind')!r} (known: {sorted(LOADERS)})")
-    return LOADERS[meta["kind"]](path, meta, target, dtype or target.config.dtype, decoding)
+    try:
+        kind = registry.get(meta.get("kind"))
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    return kind.load(path, meta, target, dtype or target.config.dtype, decoding)

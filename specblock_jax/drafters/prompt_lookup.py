@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.spec.tree import DraftTree, chain_parents
-from specblock_jax.spec.verify import VerifyResult
+from specblock_jax.trees.tree import DraftTree, chain_parents
+from specblock_jax.trees.verify import VerifyResult
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ slots <= k of its own. Example, two positions, K = 2 (rows: queries, columns: ke
 Layer-wise shift: before every layer l >= 1, h_k <- W_l [h_k; h_{k-1}] (slot 0: W_l [h_0; h_0]),
 W_l initialised to [I; 0]. Logits = lm_head(norm(h)). The rank head reads [stop_gradient(norm(h));
 15 features of the top-20 logits] and predicts the class of the target token's rank (see
-spec/rank_tree.py).
+trees/rank_tree.py).
 
 Decoding: the drafter's KV cache holds K entries per committed pair (e = i * K + k) plus scratch
 for the later blocks of the tree. `update` runs the first block of the next tree for free: the
@@ -25,16 +25,17 @@ forward over the newly committed pairs also gives the K slots after the last one
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.io import check_target, load_weights, register_loader
+from specblock_jax.drafters.common import default_feature_layers, load_model
 from specblock_jax.models.config import ModelConfig, RopeConfig
-from specblock_jax.models.layers import DecoderLayer, RMSNorm, _normal, rope_cos_sin
-from specblock_jax.spec.rank_tree import RankTreeSettings, build_rank_tree
+from specblock_jax.models.layers import DecoderLayer, RMSNorm, normal_param, rope_cos_sin
+from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree
 
 RANK_CLASSES = 4
 RANK_FEATURES = 15
@@ -60,10 +61,8 @@ class SpecBlockConfig:
     @classmethod
     def for_target(cls, cfg: ModelConfig, feature_layers: tuple[int, ...] | None = None, **kw
                    ) -> "SpecBlockConfig":
-        """Target widths; features default to EAGLE-3's layers (as `Eagle3Config.for_target`)."""
-        n = cfg.num_layers
-        if feature_layers is None:
-            feature_layers = (2, n // 2, n - 3) if n >= 8 else (1, (n + 1) // 2, n - 1)
+        """Target widths; features default to `common.default_feature_layers`."""
+        feature_layers = feature_layers or default_feature_layers(cfg.num_layers)
         return cls(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads,
                    cfg.head_dim, cfg.vocab_size, tuple(feature_layers), rms_norm_eps=cfg.rms_norm_eps,
                    rope=cfg.rope, dtype=cfg.dtype, **kw)
@@ -104,22 +103,22 @@ class SpecBlockModel(nnx.Module):
     def __init__(self, c: SpecBlockConfig, rngs: nnx.Rngs):
         self.c = c
         dt, h, k = jnp.dtype(c.dtype), c.hidden_size, c.block_size
-        self.fc = _normal(rngs, (len(c.feature_layers) * h, h), dt)
+        self.fc = normal_param(rngs, (len(c.feature_layers) * h, h), dt)
         self.cond_norm = RMSNorm(h, c.rms_norm_eps, dt)
         self.token_norm = RMSNorm(h, c.rms_norm_eps, dt)
         self.query_norm = RMSNorm(h, c.rms_norm_eps, dt)
         self.slot_queries = nnx.Param(jax.random.normal(rngs.params(), (k, h), jnp.float32).astype(dt))
-        self.fuse = _normal(rngs, (3 * h, h), dt)
+        self.fuse = normal_param(rngs, (3 * h, h), dt)
         lc = c.layer_config()
         self.layers = nnx.List([DecoderLayer(lc, dt, rngs) for _ in range(c.num_layers)])
         if c.layer_shift and c.num_layers > 1:
             eye = jnp.concatenate([jnp.eye(h), jnp.zeros((h, h))], axis=0)
             self.shift = nnx.Param(jnp.broadcast_to(eye, (c.num_layers - 1, 2 * h, h)).astype(dt))
         self.norm = RMSNorm(h, c.rms_norm_eps, dt)
-        self.lm_head = _normal(rngs, (h, c.vocab_size), dt)
-        self.rank_in = _normal(rngs, (h + RANK_FEATURES, c.rank_hidden), dt)
+        self.lm_head = normal_param(rngs, (h, c.vocab_size), dt)
+        self.rank_in = normal_param(rngs, (h + RANK_FEATURES, c.rank_hidden), dt)
         self.rank_in_bias = nnx.Param(jnp.zeros((c.rank_hidden,), dt))
-        self.rank_out = _normal(rngs, (c.rank_hidden, RANK_CLASSES), dt)
+        self.rank_out = normal_param(rngs, (c.rank_hidden, RANK_CLASSES), dt)
         self.rank_out_bias = nnx.Param(jnp.zeros((RANK_CLASSES,), dt))
 
     def features(self, target_hidden: jax.Array) -> jax.Array:
@@ -161,18 +160,12 @@ class SpecBlockModel(nnx.Module):
         return (x @ self.rank_out[...] + self.rank_out_bias[...]).astype(jnp.float32)
 
 
-def abstract_specblock(c: SpecBlockConfig):
-    graphdef, state = nnx.split(nnx.eval_shape(lambda: SpecBlockModel(c, rngs=nnx.Rngs(0))))
-    return graphdef, nnx.to_pure_dict(state)
-
-
-def init_specblock(c: SpecBlockConfig, seed: int = 0, lm_head=None) -> tuple[nnx.GraphDef, dict]:
-    """(graphdef, trainable params); lm_head [H, V] optionally starts from the target's head."""
-    graphdef, state = nnx.split(SpecBlockModel(c, rngs=nnx.Rngs(seed)))
-    params = nnx.to_pure_dict(state)
-    if lm_head is not None:
-        params["lm_head"] = jnp.array(lm_head, params["lm_head"].dtype, copy=True)  # never alias the target's
-    return graphdef, params
+class SpecBlockState(NamedTuple):
+    cache: tuple  # per layer (k, v) [B, S, K, D]: K entries per committed pair, then tree scratch
+    length: jax.Array  # [B] int32 committed pairs (= the target's cache length)
+    hidden: jax.Array  # [B, K, H] the first block of the next tree (the last pair's slots)
+    logp: jax.Array  # [B, K, V] its log-probabilities
+    cls: jax.Array  # [B, K] its rank-head classes
 
 
 def _take(x, index):
@@ -183,8 +176,9 @@ def _take(x, index):
 @dataclasses.dataclass(frozen=True)
 class SpecBlockDrafter:
     """Decoding-side SpecBlock. params = {"draft": trainable params, "embed": [V, H]}.
-    Tree settings: see spec/rank_tree.py."""
+    Tree settings: see trees/rank_tree.py."""
 
+    kind: ClassVar[str] = "specblock"
     config: SpecBlockConfig
     graphdef: nnx.GraphDef
     num_nodes: int = 16
@@ -245,14 +239,14 @@ class SpecBlockDrafter:
                                          zero, size)
         last = _take(hidden, prefill.lengths - 1)  # [B, K, H]
         logp, cls = self._heads(model, last)
-        return {"cache": caches, "length": prefill.lengths, "hidden": last, "logp": logp, "cls": cls}
+        return SpecBlockState(caches, prefill.lengths, last, logp, cls)
 
     def propose(self, params, state, ctx: DraftContext, key):
         model = self._model(params)
         k = self.config.block_size
-        length = state["length"]
+        length = state.length
         b = length.shape[0]
-        size = state["cache"][0][0].shape[1]
+        size = state.cache[0][0].shape[1]
         base = size - (self.max_blocks - 1) * self.beam * k  # first scratch entry
         e = jnp.arange(size)
 
@@ -284,41 +278,33 @@ class SpecBlockDrafter:
             return (caches, h, leaf_depth, leaf_thr, leaf_vis), logp, cls
 
         vis0 = jnp.zeros((b, 1, size), bool)
-        carry = (state["cache"], state["hidden"][:, None], jnp.zeros((b, 1), jnp.int32),
+        carry = (state.cache, state.hidden[:, None], jnp.zeros((b, 1), jnp.int32),
                  jnp.zeros((b, 1), jnp.int32), vis0)
-        tree, carry = build_rank_tree(self.tree, ctx.root, state["logp"], state["cls"], expand, carry)
-        return tree, {**state, "cache": carry[0]}
+        tree, carry = build_rank_tree(self.tree, ctx.root, state.logp, state.cls, expand, carry)
+        return tree, state._replace(cache=carry[0])
 
     def update(self, params, state, ctx: DraftContext, result, hidden):
         """Appends the pairs (target feature of each accepted path node, the token after it); the
         last pair's slots are the first block of the next tree."""
         model = self._model(params)
-        length = state["length"]
+        length = state.length
         count = ctx.cache_len - length  # pairs committed this step (0 for finished rows)
         feats = model.features(jnp.take_along_axis(hidden, result.path[:, :, None, None], axis=1))
-        size = state["cache"][0][0].shape[1]
-        h, caches = self._committed(model, params, state["cache"], feats,
+        size = state.cache[0][0].shape[1]
+        h, caches = self._committed(model, params, state.cache, feats,
                                     jnp.maximum(result.new_tokens, 0), length, size)
         last = _take(h, jnp.maximum(count - 1, 0))
         logp, cls = self._heads(model, last)
         moved = count > 0
         keep = lambda new, old: jnp.where(moved.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
-        return {"cache": caches, "length": length + count, "hidden": keep(last, state["hidden"]),
-                "logp": keep(logp, state["logp"]), "cls": keep(cls, state["cls"])}
+        return SpecBlockState(caches, length + count, keep(last, state.hidden), keep(logp, state.logp),
+                              keep(cls, state.cls))
 
 
-def _load(path, meta, target, dtype, decoding):
-    raw = dict(meta["config"])
-    raw["rope"] = RopeConfig(**raw["rope"])
-    raw["feature_layers"] = tuple(raw["feature_layers"])
-    config = SpecBlockConfig(**{**raw, "dtype": dtype})
-    check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
-    graphdef, template = abstract_specblock(config)
-    params = load_weights(path, template, config.dtype)
+def load_specblock(path, meta, target, dtype, decoding):
+    """The `load` of the "specblock" kind (drafters/registry.py)."""
+    config, graphdef, params = load_model(path, meta, target, dtype, SpecBlockConfig, SpecBlockModel)
     settings = {**meta["decoding"], **decoding}
     settings["branch"] = tuple(settings.get("branch", SpecBlockDrafter.branch))
     drafter = SpecBlockDrafter(config, graphdef, **settings)
     return drafter, {"draft": params, "embed": target.params["embed_tokens"]}
-
-
-register_loader("SpecBlockDrafter", _load)

@@ -21,17 +21,21 @@ Losses per block (summed over blocks, no filtering between them):
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from specblock_jax.adaptation.objective import chain_tau, label_logits, register_objective
-from specblock_jax.drafters.io import save_drafter
+from specblock_jax.adaptation.objective import chain_tau, label_logits
+from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields
+from specblock_jax.drafters.registry import DrafterKind, register
 from specblock_jax.drafters.specblock import (RANK_CLASSES, SpecBlockConfig, SpecBlockDrafter,
-                                              block_mask, init_specblock)
+                                              SpecBlockModel, block_mask, load_specblock)
 from specblock_jax.models.target import Target
-from specblock_jax.spec.rank_tree import rank_class
-from specblock_jax.training.task import frozen_target_outputs, register_task
+from specblock_jax.trees.rank_tree import rank_class
+from specblock_jax.training.task import frozen_target_outputs, parse_settings
 
 
 def shift(x: jax.Array, s, fill=0) -> jax.Array:
@@ -175,54 +179,55 @@ def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask
     return total, metrics
 
 
-class SpecBlockTask:
+@dataclasses.dataclass(frozen=True)
+class SpecBlockTrainConfig:
+    """The SpecBlock keys of a training config (configs/drafters/specblock.yaml)."""
+
+    feature_layers: tuple[int, ...] | None = None  # HF hidden_states indices; None = the default rule
+    drafter_layers: int = 2  # decoder layers
+    block_size: int = 4  # K slots per block
+    layer_shift: bool = True  # false = ablation
+    rank_hidden: int = 256  # the rank head's hidden width
+    num_blocks: int = 2  # blocks of the multi-block training-time test (the paper uses 3)
+    slot_decay: float = 0.8  # slot weights decay^k
+    valid_prefix: bool = True  # false = ablation
+    rank_weight: float = 1.0  # weight of the rank-head loss
+    loss_fraction: float = 0.34  # share of positions whose vocabulary-wide losses are computed
+    # decoding (trees/rank_tree.py)
+    num_nodes: int = 16
+    max_blocks: int = 2
+    beam: int = 1
+    branch: tuple[int, ...] = (0, 3, 9, 0)
+    root_branch: int = 3
+    rank_tree: bool = True
+    fixed_branch: int = 2
+
+
+class SpecBlockTask(FeatureDrafterTask):
     """TrainTask for SpecBlock (see specblock_jax/training/task.py)."""
 
+    Settings = SpecBlockTrainConfig
     DECODING = ("num_nodes", "max_blocks", "beam", "branch", "root_branch", "rank_tree", "fixed_branch")
 
-    def __init__(self, cfg: dict, target: Target):
-        self.cfg, self.target = cfg, target
-        layers = cfg.get("feature_layers")
-        self.config = SpecBlockConfig.for_target(
-            target.config, tuple(layers) if layers else None,
-            num_layers=int(cfg.get("drafter_layers", 2)), block_size=int(cfg.get("block_size", 4)),
-            layer_shift=bool(cfg.get("layer_shift", True)), rank_hidden=int(cfg.get("rank_hidden", 256)))
-        self.graphdef, _ = init_specblock(self.config)
-        self.num_blocks = int(cfg.get("num_blocks", 3))
-        self.decay = float(cfg.get("slot_decay", 0.8))
-        self.valid_prefix = bool(cfg.get("valid_prefix", True))
-        self.rank_weight = float(cfg.get("rank_weight", 1.0))
-        self.loss_fraction = float(cfg.get("loss_fraction", 1.0))
-
-    def init_params(self, key):
-        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-        head = nnx.merge(self.target.graphdef, self.target.params).head_weight()
-        return init_specblock(self.config, seed, lm_head=head)[1]
-
-    def frozen(self):
-        return self.target.params
+    def __init__(self, settings: SpecBlockTrainConfig | dict[str, Any], target: Target):
+        s = parse_settings(SpecBlockTrainConfig, settings, "specblock: ")
+        config = SpecBlockConfig.for_target(target.config, s.feature_layers, num_layers=s.drafter_layers,
+                                            block_size=s.block_size, layer_shift=s.layer_shift,
+                                            rank_hidden=s.rank_hidden)
+        self.setup(s, target, config, SpecBlockModel)
 
     def loss_fn(self, params, frozen, batch, key):
         hidden, logits = frozen_target_outputs(self.target, frozen, batch, self.config.feature_layers)
         model = nnx.merge(self.graphdef, params)
         embed = jax.lax.stop_gradient(frozen["embed_tokens"])
+        s = self.settings
         return specblock_loss(model, embed, hidden, logits, batch["tokens"], batch["loss_mask"],
-                              batch["attention_mask"], key,
-                              num_blocks=self.num_blocks, decay=self.decay,
-                              valid_prefix=self.valid_prefix, rank_weight=self.rank_weight,
-                              loss_fraction=self.loss_fraction)
+                              batch["attention_mask"], key, num_blocks=s.num_blocks, decay=s.slot_decay,
+                              valid_prefix=s.valid_prefix, rank_weight=s.rank_weight,
+                              loss_fraction=s.loss_fraction)
 
     def drafter(self) -> SpecBlockDrafter:
-        settings = {k: self.cfg[k] for k in self.DECODING if self.cfg.get(k) is not None}
-        if "branch" in settings:
-            settings["branch"] = tuple(settings["branch"])
-        return SpecBlockDrafter(self.config, self.graphdef, **settings)
-
-    def decoding_drafter(self, params):
-        return self.drafter(), {"draft": params, "embed": self.target.params["embed_tokens"]}
-
-    def export(self, params, out_dir: str) -> None:
-        save_drafter(self.drafter(), params, out_dir)
+        return SpecBlockDrafter(self.config, self.graphdef, **settings_fields(self.settings, self.DECODING))
 
 
 def specblock_objective(drafter, params, hidden, tokens, loss_mask, valid, key, depth: int = 0):
@@ -238,5 +243,4 @@ def specblock_objective(drafter, params, hidden, tokens, loss_mask, valid, key, 
     return loss, chain_tau(jnp.stack(acc))
 
 
-register_task("specblock", SpecBlockTask)
-register_objective("SpecBlockDrafter", specblock_objective)
+register(DrafterKind("specblock", load=load_specblock, task=SpecBlockTask, objective=specblock_objective))

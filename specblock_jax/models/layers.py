@@ -19,7 +19,8 @@ from specblock_jax.models.config import ModelConfig, RopeConfig
 _INIT_STD = 0.02  # HF initializer_range
 
 
-def _normal(rngs: nnx.Rngs, shape, dtype) -> nnx.Param:
+def normal_param(rngs: nnx.Rngs, shape, dtype) -> nnx.Param:
+    """A weight of `shape` drawn from N(0, 0.02^2) (HF's initializer_range), stored as `dtype`."""
     return nnx.Param((jax.random.normal(rngs.params(), shape, jnp.float32) * _INIT_STD).astype(dtype))
 
 
@@ -109,10 +110,10 @@ class Attention(nnx.Module):
 
     def __init__(self, cfg: ModelConfig, dtype, rngs: nnx.Rngs):
         h, n, k, d = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q_proj = _normal(rngs, (h, n, d), dtype)
-        self.k_proj = _normal(rngs, (h, k, d), dtype)
-        self.v_proj = _normal(rngs, (h, k, d), dtype)
-        self.o_proj = _normal(rngs, (n, d, h), dtype)
+        self.q_proj = normal_param(rngs, (h, n, d), dtype)
+        self.k_proj = normal_param(rngs, (h, k, d), dtype)
+        self.v_proj = normal_param(rngs, (h, k, d), dtype)
+        self.o_proj = normal_param(rngs, (n, d, h), dtype)
         if cfg.attention_bias:
             self.q_bias = nnx.Param(jnp.zeros((n, d), dtype))
             self.k_bias = nnx.Param(jnp.zeros((k, d), dtype))
@@ -152,10 +153,10 @@ class Attention(nnx.Module):
 class MLP(nnx.Module):
     """SwiGLU: down(silu(gate(x)) * up(x))."""
 
-    def __init__(self, cfg: ModelConfig, dtype, rngs: nnx.Rngs):
-        self.gate_proj = _normal(rngs, (cfg.hidden_size, cfg.intermediate_size), dtype)
-        self.up_proj = _normal(rngs, (cfg.hidden_size, cfg.intermediate_size), dtype)
-        self.down_proj = _normal(rngs, (cfg.intermediate_size, cfg.hidden_size), dtype)
+    def __init__(self, hidden: int, intermediate: int, dtype, rngs: nnx.Rngs):
+        self.gate_proj = normal_param(rngs, (hidden, intermediate), dtype)
+        self.up_proj = normal_param(rngs, (hidden, intermediate), dtype)
+        self.down_proj = normal_param(rngs, (intermediate, hidden), dtype)
 
     def __call__(self, x):
         return (jax.nn.silu(x @ self.gate_proj[...]) * (x @ self.up_proj[...])) @ self.down_proj[...]
@@ -168,7 +169,7 @@ class DecoderLayer(nnx.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.self_attn = Attention(cfg, dtype, rngs)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.mlp = MLP(cfg, dtype, rngs)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, dtype, rngs)
 
     def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None):
         a, kv_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, starts)

@@ -16,7 +16,7 @@ from flax import nnx
 
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.kv_cache import KVCache, cache_mask
-from specblock_jax.models.layers import DecoderLayer, RMSNorm, _normal, rope_cos_sin
+from specblock_jax.models.layers import DecoderLayer, RMSNorm, normal_param, rope_cos_sin
 
 
 class ForwardOutput(NamedTuple):
@@ -31,11 +31,11 @@ class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         dtype = jnp.dtype(cfg.dtype)
         self.cfg = cfg
-        self.embed_tokens = _normal(rngs, (cfg.vocab_size, cfg.hidden_size), dtype)
+        self.embed_tokens = normal_param(rngs, (cfg.vocab_size, cfg.hidden_size), dtype)
         self.layers = nnx.List([DecoderLayer(cfg, dtype, rngs) for _ in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         if not cfg.tie_word_embeddings:
-            self.lm_head = _normal(rngs, (cfg.hidden_size, cfg.vocab_size), dtype)
+            self.lm_head = normal_param(rngs, (cfg.hidden_size, cfg.vocab_size), dtype)
 
     def head_weight(self) -> jax.Array:
         """LM head [H, V] (the transposed embedding when tied)."""

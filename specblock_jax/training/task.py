@@ -1,21 +1,21 @@
-"""The interface between one drafter kind and the generic drafter trainer, and the task registry.
+"""The interface between one drafter kind and the generic drafter trainer, and typed settings.
 
-A drafter kind (EAGLE-3, SpecBlock, DFlash, BlockPilot, ...) trains through `training.trainer.train`
-by implementing `TrainTask` and registering a builder under its kind name, at import time of its
-module:
+A drafter kind (EAGLE-3, SpecBlock, DFlash, ...) trains through `training.trainer.train` by
+implementing `TrainTask` and naming its builder as the `task` of its registry entry
+(`specblock_jax.drafters.registry`):
 
-    from specblock_jax.training.task import register_task
-
-    class Eagle3Task:                       # implements TrainTask
-        def __init__(self, cfg: dict, target: sbj.Target): ...
+    @dataclasses.dataclass(frozen=True)
+    class Eagle3TrainConfig:                # the kind's own YAML keys, with their defaults
+        ttt_steps: int = 4
         ...
 
-    register_task("eagle3", Eagle3Task)     # builder(cfg, target) -> TrainTask
+    class Eagle3Task:                       # implements TrainTask
+        Settings = Eagle3TrainConfig
+        def __init__(self, settings: Eagle3TrainConfig | Mapping, target: sbj.Target): ...
 
-`specblock-train eagle3 --config configs/drafters/eagle3.yaml` then calls `load_builtin_tasks()`
-(which imports the modules in `BUILTIN_TASK_MODULES`), builds the task with
-`TASKS["eagle3"](cfg, target)` and trains it. `cfg` is the whole YAML config (trainer keys and the
-kind's own keys alike; see configs/drafters/README.md).
+`specblock-train eagle3 --config configs/drafters/eagle3.yaml` splits the YAML into the run and
+trainer keys (train/cli.py, trainer.py) and the kind's keys, which `parse_settings` turns into
+the kind's frozen dataclass (an unknown key or a wrong type is an error naming the key).
 
 Contract of the methods (all pure, no hidden state changed between calls):
 - `init_params(key)`: the trainable pytree of arrays (fp32 recommended; the optimizer state and
@@ -33,8 +33,10 @@ Contract of the methods (all pure, no hidden state changed between calls):
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+import dataclasses
+import types
+import typing
+from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
 
@@ -42,11 +44,6 @@ from specblock_jax.models.transformer import apply, causal_mask, positions_from_
 
 if TYPE_CHECKING:
     import specblock_jax as sbj
-
-# Modules that register drafter tasks when imported; a module that does not exist (yet) is skipped.
-BUILTIN_TASK_MODULES: tuple[str, ...] = (
-    "specblock_jax.drafters.eagle3_train", "specblock_jax.drafters.specblock_train",
-    "specblock_jax.drafters.dflash_train")
 
 
 class TrainTask(Protocol):
@@ -75,34 +72,34 @@ def frozen_target_outputs(target: "sbj.Target", params, batch: dict[str, jax.Arr
     return jax.lax.stop_gradient((out.hidden, out.logits))
 
 
-# kind -> builder(config dict, target); filled by register_task(kind, builder)
-TASKS: dict[str, Callable[[dict, "sbj.Target"], TrainTask]] = {}
+def parse_settings(cls: type, values: Any, where: str = "") -> Any:
+    """The frozen settings dataclass `cls` from a mapping (e.g. YAML keys), or `values` itself if
+    it already is one. Lists become tuples, ints are accepted for floats; an unknown key or a
+    value of the wrong type raises ValueError naming it (prefixed by `where`)."""
+    if isinstance(values, cls):
+        return values
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ValueError(f"{where}unknown setting(s) {unknown} for {cls.__name__} (known: {sorted(fields)})")
+    hints = typing.get_type_hints(cls)
+    return cls(**{k: _coerce(f"{where}{k}", v, hints[k]) for k, v in values.items()})
 
 
-def register_task(kind: str, builder: Callable[[dict, "sbj.Target"], TrainTask]) -> None:
-    """Registers `builder(cfg, target) -> TrainTask` as drafter kind `kind`.
-
-    Re-registering the same builder (a module imported twice) is a no-op; a different builder
-    under a taken name is refused, as is the reserved name "target" (the target trainer).
-    """
-    if not kind or not kind.replace("_", "").replace("-", "").isalnum():
-        raise ValueError(f"task kind {kind!r}: use letters, digits, '-' and '_'")
-    if kind == "target":
-        raise ValueError("task kind 'target' is reserved for the target trainer")
-    if not callable(builder):
-        raise TypeError(f"task {kind!r}: builder must be callable(cfg, target), got {builder!r}")
-    if TASKS.get(kind, builder) is not builder:
-        raise ValueError(f"task kind {kind!r} is already registered by {TASKS[kind]!r}")
-    TASKS[kind] = builder
-
-
-def load_builtin_tasks() -> dict[str, Callable[[dict, "sbj.Target"], TrainTask]]:
-    """Imports the drafter modules of `BUILTIN_TASK_MODULES` (they register their tasks) and
-    returns `TASKS`. A module that is missing is skipped; an error inside one is raised."""
-    for name in BUILTIN_TASK_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            if e.name != name:  # the module exists but something it imports is missing
-                raise
-    return TASKS
+def _coerce(name: str, value: Any, hint: Any) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        hint = next(a for a in args if a is not type(None))
+        origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name}={value!r}: expected a list")
+        return tuple(_coerce(name, x, args[0]) for x in value)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool) and (not isinstance(value, hint)
+                                           or (hint is int and isinstance(value, bool))):
+        raise ValueError(f"{name}={value!r}: expected {hint.__name__}")
+    return value

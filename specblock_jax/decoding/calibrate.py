@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specblock_jax.decoding.generate import generate
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import apply
@@ -46,8 +47,6 @@ def calibrate(target: Target, bundle, prompts: Sequence, nodes: Sequence[int] = 
     {"best": {"num_nodes", "depth"}, "table": [{num_nodes, depth, tokens_per_s, tau}, ...],
      "verify_ms": {N: ms}}. `bundle` is a (Drafter, params) pair whose drafter has `num_nodes`
     and `depth` fields (EAGLE-3, SpecBlock)."""
-    from specblock_jax.decoding.generate import generate
-
     drafter, params = bundle
     table = []
     for n, d in itertools.product(nodes, depths):

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.spec.tree import DraftTree
+from specblock_jax.trees.tree import DraftTree
 
 # expander(carry, tokens [B, k], parent_index [B, k] (candidate index, -1 = root),
 #          node_index [B, k] (candidate index of each frontier node), ancestors [B, k, M] bool

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.spec.tree import DraftTree, ancestor_mask, child_table, depths
+from specblock_jax.trees.tree import DraftTree, ancestor_mask, child_table, depths
 
 
 class VerifyResult(NamedTuple):

@@ -1,0 +1,102 @@
+"""Scaffolding shared by the drafters that condition on the target's hidden states (EAGLE-3,
+SpecBlock, DFlash): the default feature layers, model init and abstract templates, the target's LM
+head, loading a drafter folder's config and weights, and the prologue of their training tasks."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from specblock_jax.drafters.io import check_target, load_weights, save_drafter
+from specblock_jax.models.config import RopeConfig
+from specblock_jax.models.target import Target
+
+
+def default_feature_layers(num_layers: int) -> tuple[int, ...]:
+    """EAGLE-3's target layers {2, L/2, L-3} (HF hidden_states indexing); a target with fewer
+    than 8 layers gets {1, L/2, L-1} (distinct layers)."""
+    n = num_layers
+    return (2, n // 2, n - 3) if n >= 8 else (1, (n + 1) // 2, n - 1)
+
+
+def abstract_model(model_cls: type, config: Any) -> tuple[nnx.GraphDef, dict]:
+    """(graphdef, params template of ShapeDtypeStructs) of `model_cls(config)`, nothing allocated."""
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0))))
+    return graphdef, nnx.to_pure_dict(state)
+
+
+def init_model(model_cls: type, config: Any, seed: int = 0, lm_head: jax.Array | None = None
+               ) -> tuple[nnx.GraphDef, dict]:
+    """(graphdef, trainable params) of `model_cls(config)`; lm_head [H, V] optionally starts from
+    the target's head (copied: the drafter's never aliases the target's buffer)."""
+    graphdef, state = nnx.split(model_cls(config, rngs=nnx.Rngs(seed)))
+    params = nnx.to_pure_dict(state)
+    if lm_head is not None:
+        params["lm_head"] = jnp.array(lm_head, params["lm_head"].dtype, copy=True)
+    return graphdef, params
+
+
+def target_head(target: Target) -> jax.Array:
+    """The target's LM head [H, V] (the transposed embedding when tied)."""
+    return nnx.merge(target.graphdef, target.params).head_weight()
+
+
+def config_from_meta(config_cls: type, meta: dict, dtype: str):
+    """A drafter config dataclass from a folder's `config.json` "config" (rope and
+    feature_layers restored to their types), in `dtype`."""
+    raw = dict(meta["config"])
+    raw["rope"] = RopeConfig(**raw["rope"])
+    raw["feature_layers"] = tuple(raw["feature_layers"])
+    return config_cls(**{**raw, "dtype": dtype})
+
+
+def load_model(path: Path, meta: dict, target: Target, dtype: str, config_cls: type, model_cls: type):
+    """(config, graphdef, params) of a drafter folder whose model conditions on `target`
+    (vocabulary, width and feature layers checked against it)."""
+    config = config_from_meta(config_cls, meta, dtype)
+    check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
+    graphdef, template = abstract_model(model_cls, config)
+    return config, graphdef, load_weights(path, template, config.dtype)
+
+
+class FeatureDrafterTask:
+    """The part of a `TrainTask` shared by drafters trained on the frozen target's features.
+
+    Subclasses set `self.config` and `self.graphdef` (via `setup`) and implement `loss_fn` and
+    `drafter()` (the decoding-side drafter with this run's settings). The decoding params are
+    {"draft": trainable params, "embed": the target's embedding} plus `extra_decoding_params()`.
+    """
+
+    init_head_from_target = True  # start the drafter's lm_head from the target's
+
+    def setup(self, settings: Any, target: Target, config: Any, model_cls: type) -> None:
+        self.settings, self.target, self.config, self.model_cls = settings, target, config, model_cls
+        self.graphdef, _ = abstract_model(model_cls, config)
+
+    def init_params(self, key):
+        seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
+        head = target_head(self.target) if self.init_head_from_target else None
+        return init_model(self.model_cls, self.config, seed, lm_head=head)[1]
+
+    def frozen(self):
+        return self.target.params
+
+    def extra_decoding_params(self) -> dict:
+        return {}
+
+    def decoding_drafter(self, params):
+        return self.drafter(), {"draft": params, "embed": self.target.params["embed_tokens"],
+                                **self.extra_decoding_params()}
+
+    def export(self, params, out_dir: str) -> None:
+        save_drafter(self.drafter(), params, out_dir)
+
+
+def settings_fields(settings: Any, names: tuple[str, ...]) -> dict:
+    """{name: value} of the dataclass `settings` for `names` (decoding settings of a task)."""
+    return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name in names}

@@ -1,4 +1,0 @@
-"""Static-shape draft trees and lossless verification."""
-
-from specblock_jax.spec.tree import DraftTree, ancestor_mask, chain_parents, child_table, depths
-from specblock_jax.spec.verify import VerifyResult, verify_greedy, verify_sampling, verify_sampling_with_uniforms
