@@ -35,8 +35,8 @@ import jax
 import numpy as np
 
 import specblock_jax as sbj
-from specblock_jax.decoding.generate import resolve_drafter
-from infer.decode import DEFAULT_TARGET, check_method, make_adapter, read_prompts, resolve_method, split_adapt
+from infer.decode import DEFAULT_TARGET, cli_method, make_adapter, read_prompts
+from specblock_jax.decoding.methods import resolve_drafter, split_adapt
 
 
 def method_label(method: str) -> str:
@@ -58,15 +58,15 @@ def batch_taus(results) -> list[float]:
     """tau of every batch in decoding order (tokens committed per target forward, bonus included)."""
     per: dict[int, list[int]] = {}
     for r in results:
-        acc = per.setdefault(r.stats["batch"], [0, 0])
+        acc = per.setdefault(r.stats.batch, [0, 0])
         acc[0] += len(r.token_ids) - 1
-        acc[1] += r.stats["target_forwards"] - 1
+        acc[1] += r.stats.target_forwards - 1
     return [t / f if f else 1.0 for t, f in (per[b] for b in sorted(per))]
 
 
 def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
     base, adapt = split_adapt(method)
-    drafter = resolve_method(base, target)
+    drafter = cli_method(base, target)
     adapter = None
     if adapt is not None:
         adapter = make_adapter(method, drafter, ",".join(filter(None, [args.adapt_settings, adapt])))
@@ -75,26 +75,26 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
                            adapter=adapter)
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
-        b = batches.setdefault(r.stats["batch"], {"wall": r.stats["total_time_s"], "tokens": 0,
-                                                  "draft": 0.0, "compile": r.stats["compile_s"]})
+        b = batches.setdefault(r.stats.batch, {"wall": r.stats.total_time_s, "tokens": 0,
+                                                  "draft": 0.0, "compile": r.stats.compile_s})
         b["tokens"] += len(r.token_ids)
-        b["draft"] = max(b["draft"], r.stats["draft_time_s"])  # the batch waits for its longest row
+        b["draft"] = max(b["draft"], r.stats.draft_time_s)  # the batch waits for its longest row
     decode_wall = sum(b["wall"] for b in batches.values())
     adapt_s = adapter.time_s if adapter is not None else 0.0
     wall = decode_wall + adapt_s  # end to end: adaptation time counts
     tokens = sum(b["tokens"] for b in batches.values())
     draft = sum(b["draft"] for b in batches.values())
-    taus = [r.stats["tau"] for r in results if r.stats["tau"] is not None]
+    taus = [r.stats.tau for r in results if r.stats.tau is not None]
     return {
         "method": method, "temperature": temperature, "batch_size": batch_size, "prompts": len(results), "new_tokens": tokens,
         "wall_s": wall, "tokens_per_s": tokens / wall,
         "batch_tokens_per_s": [b["tokens"] / b["wall"] for b in batches.values()],
         "tau_median": float(np.median(taus)), "tau_min": float(np.min(taus)), "tau_max": float(np.max(taus)),
         "tau_mean": float(np.mean(taus)),
-        "target_forwards": int(sum(r.stats["target_forwards"] for r in results)),
+        "target_forwards": int(sum(r.stats.target_forwards for r in results)),
         "draft_s_per_token": draft / tokens,
         "draft_forwards_per_token": drafter_forwards_per_step(drafter) * sum(
-            r.stats["target_forwards"] for r in results) / tokens, "draft_share": draft / decode_wall,
+            r.stats.target_forwards for r in results) / tokens, "draft_share": draft / decode_wall,
         "compile_s": float(sum(b["compile"] for b in batches.values()))
         + (adapter.compile_s if adapter is not None else 0.0),
         "decode_s": decode_wall, "adapt_s": adapt_s, "batch_taus": batch_taus(results),
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
                    ([m, m + ":adapt=true"] if split_adapt(m)[0].split(":")[0] not in ("ar", "prompt_lookup")
                     and split_adapt(m)[1] is None else [m])]
     for m in methods:
-        check_method(split_adapt(m)[0])  # fail fast on an unknown method
+        cli_method(split_adapt(m)[0])  # fail fast on an unknown method
     target = sbj.load_target(args.target)
     records, errors = read_prompts(args.prompts)
     records = records[args.skip:]

@@ -36,12 +36,12 @@ from tqdm import tqdm
 
 import specblock_jax as sbj
 from specblock_jax import parallel
+from specblock_jax.decoding import methods
 from specblock_jax.decoding.generate import encode_prompts
 
 log = logging.getLogger("specblock-decode")
 DEFAULT_TARGET = "assets/target"
 DEFAULT_TOKENIZER = "assets/tokenizer"
-METHODS = ("ar", "prompt_lookup")
 
 
 def read_prompts(path: Path) -> tuple[list[dict], list[dict]]:
@@ -128,58 +128,13 @@ def load_target(args) -> sbj.Target:
     return target
 
 
-def parse_method(method: str) -> tuple[str, dict]:
-    """'NAME[:key=value[:key=value...]]' -> (NAME, decoding overrides). NAME is ar, prompt_lookup
-    or a drafter folder; values parse as int, float, true/false or text, e.g.
-    'assets/drafters/specblock:rank_tree=false:num_nodes=24'."""
-    base, *pairs = method.split(":")
-    overrides = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"method {method!r}: {pair!r} is not key=value")
-        low = raw.lower()
-        if low in ("true", "false"):
-            overrides[key] = low == "true"
-            continue
-        for cast in (int, float):
-            try:
-                overrides[key] = cast(raw)
-                break
-            except ValueError:
-                pass
-        else:
-            overrides[key] = raw
-    return base, overrides
-
-
-def check_method(method: str) -> None:
-    base, overrides = parse_method(method)
-    if base not in METHODS and not (Path(base) / "config.json").exists():
-        raise SystemExit(f"--method {method!r}: expected one of {METHODS} or a drafter folder, "
-                         "optionally followed by :key=value decoding overrides")
-    if base == "ar" and overrides:
-        raise SystemExit(f"--method {method!r}: ar takes no settings")
-
-
-def resolve_method(method: str, target: sbj.Target):
-    """'ar' | 'prompt_lookup' | a drafter folder, each with optional ':key=value' overrides
-    -> what `sbj.generate` takes as `drafter`."""
-    check_method(method)
-    base, overrides = parse_method(method)
-    if base == "ar":
-        return None
-    if base == "prompt_lookup":
-        from specblock_jax.drafters.prompt_lookup import PromptLookup
-
-        try:
-            return PromptLookup(**overrides)
-        except TypeError as e:
-            raise SystemExit(f"--method {method!r}: {e}") from None
+def cli_method(method: str, target: sbj.Target | None = None):
+    """`check_method` (and with a target, `resolve_method`) with a clear exit on a bad method."""
     try:
-        return sbj.load_drafter(base, target, **overrides)
-    except TypeError as e:
-        raise SystemExit(f"--method {method!r}: {e}") from None
+        methods.check_method(method)
+        return None if target is None else methods.resolve_method(method, target)
+    except ValueError as e:
+        raise SystemExit(f"--method: {e}") from None
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -210,24 +165,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def split_adapt(method: str) -> tuple[str, str | None]:
-    """Separates serving-time adaptation keys from a method: ':adapt=true' turns adaptation on,
-    ':adapt.KEY=VALUE' (an AdaptConfig key) turns it on with that setting. Returns (the method
-    without them, comma-joined settings or None when adaptation is off)."""
-    base, *pairs = method.split(":")
-    keep, settings, on = [base], [], False
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        if key == "adapt":
-            on = value.lower() in ("true", "1", "yes")
-        elif key.startswith("adapt."):
-            on = True
-            settings.append(f"{key[len('adapt.'):]}={value}")
-        else:
-            keep.append(pair)
-    return ":".join(keep), ",".join(settings) if on else None
-
-
 def make_adapter(method: str, drafter, settings: str):
     """An Adapter for a resolved drafter method, or a clear exit for one that cannot adapt."""
     from specblock_jax.adaptation import AdaptConfig, Adapter
@@ -255,11 +192,11 @@ def main(argv=None) -> int:
     parallel.distributed.initialize_from_args(args)  # before any other JAX call
     if not args.prompts.exists():
         raise SystemExit(f"{args.prompts}: prompt file not found")
-    args.method, method_adapt = split_adapt(args.method)
+    args.method, method_adapt = methods.split_adapt(args.method)
     if method_adapt is not None:  # ':adapt...' keys on the method work like --adapt
         args.adapt = True
         args.adapt_settings = ",".join(filter(None, [args.adapt_settings, method_adapt]))
-    check_method(args.method)
+    cli_method(args.method)
     mesh = None
     if args.mesh or jax.process_count() > 1:
         try:
@@ -269,7 +206,7 @@ def main(argv=None) -> int:
         log.info("mesh %s over %d devices, %d processes", parallel.mesh_str(mesh),
                  jax.device_count(), jax.process_count())
     target = load_target(args)
-    drafter = resolve_method(args.method, target)
+    drafter = cli_method(args.method, target)
     adapter = None
     if args.adapt:
         if mesh is not None:
@@ -329,7 +266,7 @@ def main(argv=None) -> int:
             )
             if not results:  # a host past its share, keeping step with the others
                 continue
-            batch_compile = results[0].stats["compile_s"]
+            batch_compile = results[0].stats.compile_s
             if adapter is not None:  # its compilations are excluded too; its run time counts
                 batch_compile += adapter.compile_s - adapter_compile
                 adapter_compile = adapter.compile_s
@@ -337,7 +274,7 @@ def main(argv=None) -> int:
             run_s += time.perf_counter() - t0 - batch_compile
             for rec, res in zip(batch, results):
                 tokens += len(res.token_ids)
-                out.write({"id": rec["id"], "text": res.text, "token_ids": res.token_ids, "stats": res.stats})
+                out.write({"id": rec["id"], "text": res.text, "token_ids": res.token_ids, "stats": res.stats.to_dict()})
             bar.update(len(batch))
             bar.set_postfix(tok_s=f"{tokens / run_s:.1f}" if run_s else "-")
     out.close()

@@ -163,8 +163,8 @@ def run_decode() -> dict:
             res = sbj.generate(tgt, prompts, drafter=methods[m], mesh=mesh, **kw)
             out["meshes"][name][m] = {
                 "identical": [r.token_ids for r in res] == ref[m],
-                "taus": [r.stats["tau"] for r in res],
-                "batch_size": res[0].stats["batch_size"]}
+                "taus": [r.stats.tau for r in res],
+                "batch_size": res[0].stats.batch_size}
     # the decode layout: KV cache and weights really split
     plan = parallel.ShardingPlan(parallel.make_mesh(MESHES["2x4"]))
     cache = sbj.init_cache(CFG, 4, 64)
@@ -181,7 +181,7 @@ def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 64) -> dict[s
     import functools
     import re
 
-    from specblock_jax.decoding.generate import _ar_loop
+    from specblock_jax.decoding.autoregressive import ar_loop
     from specblock_jax.decoding.sampling import SamplingParams
     from specblock_jax.parallel.decoding import run_sharded
 
@@ -194,7 +194,7 @@ def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 64) -> dict[s
             rows((b, p), np.int32), rows((b,), np.int32), rows((b,), np.int32),
             SamplingParams(rows((b,), np.float32), rows((b,), np.int32), rows((b,), np.float32)),
             jax.ShapeDtypeStruct((8,), np.int32, sharding=plan.replicated()), rows((b, 2), np.uint32))
-    fn = functools.partial(run_sharded, plan, _ar_loop, tgt.graphdef, CFG, s, 8)
+    fn = functools.partial(run_sharded, plan, ar_loop, tgt.graphdef, CFG, s, 8)
     text = jax.jit(fn).lower(*args).compile().as_text()
     pattern = rf"f32\[\d+,{s},\d+,{CFG.head_dim}\]"
     return dict(collections.Counter(re.findall(pattern, text)))

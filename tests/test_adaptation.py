@@ -106,7 +106,7 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
                                            drafter[1]["draft"]))
     assert any(changed)  # the drafter really was updated between batches
     assert [r.token_ids for r in on] == [r.token_ids for r in off] == [r.token_ids for r in ar]
-    assert all("adapt" in r.stats for r in on)
+    assert all(r.stats.adapt is not None for r in on)
 
 
 def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eagle3, prompts):

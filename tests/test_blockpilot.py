@@ -64,7 +64,7 @@ def test_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target, pilot)
     mixed = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=len(prompts), **kw)
     alone = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=1, **kw)
     for m, a in zip(mixed, alone):
-        assert m.token_ids == a.token_ids and m.stats["tau"] == a.stats["tau"]
+        assert m.token_ids == a.token_ids and m.stats.tau == a.stats.tau
     # greedy: each row drafts exactly as a DFlash drafter whose static block is that row's size
     mixed = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=len(prompts), max_new_tokens=16)
     size = max(set(chosen.tolist()), key=chosen.tolist().count)  # the largest group
@@ -72,7 +72,7 @@ def test_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target, pilot)
     fixed = DFlashDrafter(task.config, task.graphdef, block_size=int(size))
     res = sbj.generate(target, [prompts[i] for i in rows], drafter=(fixed, params["dflash"]),
                        batch_size=len(prompts), max_new_tokens=16)
-    assert [r.stats["tau"] for r in res] == [mixed[i].stats["tau"] for i in rows]
+    assert [r.stats.tau for r in res] == [mixed[i].stats.tau for i in rows]
     assert [r.token_ids for r in res] == [mixed[i].token_ids for i in rows]
 
 

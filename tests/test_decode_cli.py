@@ -15,6 +15,7 @@ import pytest
 import specblock_jax as sbj
 from conftest import export_random_eagle3
 from infer import decode
+from specblock_jax.decoding import methods
 
 
 def _write(path, lines):
@@ -126,27 +127,29 @@ def test_a_drafter_folder_is_a_method(tiny_ckpt, tmp_path):
 
 
 def test_method_overrides_parse_and_reach_the_drafter(tiny_ckpt):
-    assert decode.parse_method("prompt_lookup:num_nodes=5:max_ngram=2") == (
+    assert methods.parse_method("prompt_lookup:num_nodes=5:max_ngram=2") == (
         "prompt_lookup", {"num_nodes": 5, "max_ngram": 2})
-    assert decode.parse_method("d:rank_tree=false:scale=0.5:name=x") == (
+    assert methods.parse_method("d:rank_tree=false:scale=0.5:name=x") == (
         "d", {"rank_tree": False, "scale": 0.5, "name": "x"})
     target = sbj.load_target(tiny_ckpt)
-    assert decode.resolve_method("prompt_lookup:num_nodes=5", target).num_nodes == 5
-    with pytest.raises(SystemExit, match="not key=value"):
-        decode.parse_method("prompt_lookup:num_nodes")
-    with pytest.raises(SystemExit, match="unexpected keyword"):
-        decode.resolve_method("prompt_lookup:nodes=5", target)
-    with pytest.raises(SystemExit, match="ar takes no settings"):
-        decode.check_method("ar:x=1")
+    assert methods.resolve_method("prompt_lookup:num_nodes=5", target).num_nodes == 5
+    with pytest.raises(ValueError, match="not key=value"):
+        methods.parse_method("prompt_lookup:num_nodes")
+    with pytest.raises(ValueError, match="unexpected keyword"):
+        methods.resolve_method("prompt_lookup:nodes=5", target)
+    with pytest.raises(ValueError, match="ar takes no settings"):
+        methods.check_method("ar:x=1")
+    with pytest.raises(SystemExit, match="--method: method 'ar:x=1': ar takes no settings"):
+        decode.cli_method("ar:x=1")
 
 
 def test_adaptation_flags_keep_outputs_and_save_the_adapted_drafter(tiny_ckpt, tmp_path):
     target = export_random_eagle3(tiny_ckpt, tmp_path / "eagle3")
     prompts = tmp_path / "p.jsonl"
     _write(prompts, [json.dumps({"id": str(i), "prompt": f"def h{i}(a, b):\n"}) for i in range(4)])
-    assert decode.split_adapt("d:num_nodes=6:adapt.cost_scale=0:adapt.subset=layer") == (
+    assert methods.split_adapt("d:num_nodes=6:adapt.cost_scale=0:adapt.subset=layer") == (
         "d:num_nodes=6", "cost_scale=0,subset=layer")
-    assert decode.split_adapt("d:adapt=false") == ("d", None)
+    assert methods.split_adapt("d:adapt=false") == ("d", None)
     common = ["--target", str(tiny_ckpt), "--prompts", str(prompts), "--max-new-tokens", "10",
               "--batch-size", "1"]
     assert decode.main(common + ["--out", str(tmp_path / "plain.jsonl"), "--method", str(tmp_path / "eagle3")]) == 0

@@ -118,7 +118,7 @@ def test_greedy_dflash_decoding_equals_autoregressive(target, task, params):
         d = DFlashDrafter(task.config, task.graphdef, block_size=size, draft_mode=mode)
         spec = sbj.generate(target, prompts, drafter=(d, dparams), max_new_tokens=20, batch_size=batch)
         assert [s.token_ids for s in spec] == [a.token_ids for a in ar], (mode, size, batch)
-        assert np.mean([s.stats["tau"] for s in spec]) > 1.03  # some drafts are accepted (random drafter)
+        assert np.mean([s.stats.tau for s in spec]) > 1.03  # some drafts are accepted (random drafter)
 
 
 @pytest.mark.parametrize("mode,temp,top_k,top_p", [("sample", 1.0, 0, 1.0), ("auto", 0.8, 6, 0.9)])
@@ -135,7 +135,7 @@ def test_sampled_dflash_decoding_matches_the_target_distribution(target, task, p
     assert _chi_square_pvalue(counts, exact) > 1e-3
     assert _chi_square_pvalue(counts, _exact_pair_distribution(target, prompt, temp * 1.25, top_k, top_p)) < 1e-6
     if mode == "sample":  # sampled drafts really were accepted (auto starts with greedy drafts)
-        assert np.mean([r.stats["tau"] == 2 for r in res]) > 0.1
+        assert np.mean([r.stats.tau == 2 for r in res]) > 0.1
 
 
 def test_train_steps_reduce_the_loss_on_a_fixed_batch(task):
@@ -168,4 +168,4 @@ def test_shipped_dflash_drafter_is_lossless_on_the_shipped_target():
     ar = sbj.generate(target, prompts, max_new_tokens=48, batch_size=3)
     spec = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=48, batch_size=3)
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
-    assert sum(s.stats["tau"] for s in spec) / len(spec) > 1.3  # it is a trained drafter
+    assert sum(s.stats.tau for s in spec) / len(spec) > 1.3  # it is a trained drafter

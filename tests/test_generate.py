@@ -22,7 +22,7 @@ def test_greedy_equals_transformers_argmax_decoding(hf_dirs, kind):
             ref = model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
                                  eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
         assert res.token_ids == ref
-        assert res.stats["finish_reason"] == "length" and res.stats["new_tokens"] == 24
+        assert res.stats.finish_reason == "length" and res.stats.new_tokens == 24
 
 
 def test_stop_token_ends_each_sequence_on_its_own(hf_dirs):
@@ -33,9 +33,9 @@ def test_stop_token_ends_each_sequence_on_its_own(hf_dirs):
     for f, r in zip(free, results):
         if stop in f.token_ids:
             cut = f.token_ids.index(stop) + 1
-            assert r.token_ids == f.token_ids[:cut] and r.stats["finish_reason"] == "stop"
+            assert r.token_ids == f.token_ids[:cut] and r.stats.finish_reason == "stop"
         else:
-            assert r.token_ids == f.token_ids and r.stats["finish_reason"] == "length"
+            assert r.token_ids == f.token_ids and r.stats.finish_reason == "length"
     assert results[0].token_ids[-1] == stop
 
 

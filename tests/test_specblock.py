@@ -234,7 +234,7 @@ def test_sampling_with_specblock_matches_the_target_distribution():
     exact = _exact_pair_distribution(small, prompt, 1.0)
     assert _chi_square_pvalue(counts, exact) > 1e-3
     assert _chi_square_pvalue(counts, _exact_pair_distribution(small, prompt, 1.25)) < 1e-6
-    assert np.mean([r.stats["tau"] == 2 for r in res]) > 0.1  # drafts were accepted
+    assert np.mean([r.stats.tau == 2 for r in res]) > 0.1  # drafts were accepted
 
 
 def test_train_steps_reduce_the_loss_on_a_fixed_batch(target):

@@ -41,7 +41,7 @@ def test_greedy_random_trees_equal_autoregressive(small_vocab_target, num_nodes,
     spec = sbj.generate(small_vocab_target, prompts, drafter=drafter, max_new_tokens=24, batch_size=batch)
     for a, s in zip(ar, spec):
         assert s.token_ids == a.token_ids
-    taus = [s.stats["tau"] for s in spec]
+    taus = [s.stats.tau for s in spec]
     assert np.median(taus) > 1.2  # drafts are really accepted, so the paths are exercised
 
 
@@ -50,9 +50,9 @@ def test_greedy_stop_tokens_and_budgets_cut_speculative_output_like_autoregressi
     kw = dict(max_new_tokens=17, stop_tokens=[3], batch_size=8)
     ar = sbj.generate(small_vocab_target, prompts, **kw)
     spec = sbj.generate(small_vocab_target, prompts, drafter=RandomTreeDrafter(9, V), **kw)
-    assert any(a.stats["finish_reason"] == "stop" for a in ar)
+    assert any(a.stats.finish_reason == "stop" for a in ar)
     for a, s in zip(ar, spec):
-        assert s.token_ids == a.token_ids and s.stats["finish_reason"] == a.stats["finish_reason"]
+        assert s.token_ids == a.token_ids and s.stats.finish_reason == a.stats.finish_reason
 
 
 @pytest.mark.parametrize("num_nodes", [4, 8])
@@ -65,7 +65,7 @@ def test_greedy_prompt_lookup_equals_autoregressive(hf_dirs, num_nodes):
         pl = sbj.generate(target, prompts, drafter=PromptLookup(num_nodes=num_nodes),
                           max_new_tokens=32, batch_size=batch)
         assert [p.token_ids for p in pl] == [a.token_ids for a in ar]
-    assert np.mean([p.stats["tau"] for p in pl]) > 1.5  # the repeats are found and accepted
+    assert np.mean([p.stats.tau for p in pl]) > 1.5  # the repeats are found and accepted
 
 
 def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
@@ -137,7 +137,7 @@ def test_sampling_matches_the_target_distribution(small_vocab_target, stochastic
     assert tv < 0.06  # total variation, for reference: sampling noise alone is about 0.03 here
     # drafts really were accepted: with a budget of 3 tokens the first step commits 2 tokens
     # (tau 2) exactly when it accepted a draft; at least 600 of the 6000 samples exercise that
-    assert np.mean([r.stats["tau"] == 2 for r in res]) > 0.1
+    assert np.mean([r.stats.tau == 2 for r in res]) > 0.1
 
 
 def test_no_recompilation_once_warm(small_vocab_target):

@@ -73,9 +73,9 @@ def make_labels(args) -> None:
                                temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                seed=args.seed, batch_size=args.batch_size)
             with path.open("a") as f:
-                f.write("".join(json.dumps({"id": r["id"], "tau": g.stats["tau"],
-                                            "forwards": g.stats["target_forwards"],
-                                            "new_tokens": g.stats["new_tokens"]}) + "\n"
+                f.write("".join(json.dumps({"id": r["id"], "tau": g.stats.tau,
+                                            "forwards": g.stats.target_forwards,
+                                            "new_tokens": g.stats.new_tokens}) + "\n"
                                 for r, g in zip(part, res)))
             bar.update(len(part))
         bar.close()
@@ -83,8 +83,8 @@ def make_labels(args) -> None:
             few = [r["prompt"] for r in records[: args.cost_prompts]]
             sbj.generate(target, few, drafter=drafter, max_new_tokens=args.max_new_tokens, batch_size=1)
             res = sbj.generate(target, few, drafter=drafter, max_new_tokens=args.max_new_tokens, batch_size=1)
-            wall = sum(g.stats["total_time_s"] for g in res)
-            costs[str(size)] = 1000 * wall / sum(g.stats["target_forwards"] - 1 for g in res)
+            wall = sum(g.stats.total_time_s for g in res)
+            costs[str(size)] = 1000 * wall / sum(g.stats.target_forwards - 1 for g in res)
             costs_path.write_text(json.dumps(costs, indent=2))
     print(json.dumps(summarise(out), indent=2))
 

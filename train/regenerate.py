@@ -164,7 +164,7 @@ def run_mode(target: sbj.Target, mode: str, todo: list[dict], args: argparse.Nam
                 max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                 seed=batch_seed(args.seed, mode, [r["id"] for r in batch]),
             )
-            compile_s = results[0].stats["compile_s"]
+            compile_s = results[0].stats.compile_s
             times["compile_s"] += compile_s
             times["run_s"] += time.perf_counter() - t0 - compile_s
             for rec, res in zip(batch, results):
@@ -172,7 +172,7 @@ def run_mode(target: sbj.Target, mode: str, todo: list[dict], args: argparse.Nam
                     "id": rec["id"], "mode": mode, "prompt": rec["prompt"],
                     "response": target.tokenizer.decode(res.token_ids, skip_special_tokens=True),
                     "prompt_ids": rec["prompt_ids"], "response_ids": res.token_ids,
-                    "finish_reason": res.stats["finish_reason"],
+                    "finish_reason": res.stats.finish_reason,
                 }) + "\n")
             f.flush()
             bar.update(len(batch))

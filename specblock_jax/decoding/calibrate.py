@@ -52,10 +52,10 @@ def calibrate(target: Target, bundle, prompts: Sequence, nodes: Sequence[int] = 
     for n, d in itertools.product(nodes, depths):
         candidate = (dataclasses.replace(drafter, num_nodes=n, depth=d), params)
         res = generate(target, prompts, drafter=candidate, max_new_tokens=max_new_tokens, batch_size=1)
-        wall = sum(r.stats["total_time_s"] for r in res)
+        wall = sum(r.stats.total_time_s for r in res)
         table.append({"num_nodes": n, "depth": d,
                       "tokens_per_s": sum(len(r.token_ids) for r in res) / wall,
-                      "tau": float(np.mean([r.stats["tau"] for r in res if r.stats["tau"]]))})
+                      "tau": float(np.mean([r.stats.tau for r in res if r.stats.tau]))})
     best = max(table, key=lambda r: r["tokens_per_s"])
     return {"best": {"num_nodes": best["num_nodes"], "depth": best["depth"]}, "table": table,
             "verify_ms": {n: 1000 * verify_seconds(target, n) for n in sorted({1, *nodes})}}

@@ -8,7 +8,6 @@ stops on its own (a stop token or its token budget); the loop ends when all have
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Sequence
 
@@ -16,26 +15,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specblock_jax.decoding.autoregressive import ar_loop
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.draft_cost import propose_seconds
-from specblock_jax.decoding.sampling import SamplingParams, sample
+from specblock_jax.decoding.methods import resolve_drafter
+from specblock_jax.decoding.prefill import LoopOutput
+from specblock_jax.decoding.results import GenerationResult, GenerationStats
+from specblock_jax.decoding.sampling import SamplingParams
 from specblock_jax.decoding.speculative import spec_loop
-from specblock_jax.drafters.prompt_lookup import PromptLookup
-from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import Target
-from specblock_jax.models.transformer import apply, causal_mask
-from specblock_jax.parallel.activation import constrain_cache
 from specblock_jax.parallel.decoding import DecodeLayout, run_sharded
 
 MAX_STOP_TOKENS = 8
 MIN_BUCKET = 16
-
-
-@dataclasses.dataclass
-class GenerationResult:
-    text: str | None  # decoded new tokens (special tokens skipped), None without a tokenizer
-    token_ids: list[int]  # new tokens, including the stop token if one ended the sequence
-    stats: dict[str, Any]
 
 
 def length_bucket(n: int, minimum: int = MIN_BUCKET) -> int:
@@ -48,51 +40,6 @@ def cache_length(prompt_bucket: int, max_new_tokens: int, extra: int = 0) -> int
     rounded up to a multiple of 64."""
     need = prompt_bucket + max_new_tokens + extra
     return -(-need // 64) * 64
-
-
-def _ar_loop(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling,
-             stop_ids, keys):
-    """tokens [B, P] right-padded prompts with lengths [B]; budgets [B] new-token limits;
-    stop_ids [MAX_STOP_TOKENS] (-1 = unused); keys [B] PRNG keys, one per sequence.
-
-    Returns (out [B, max_new] int32 padded with -1, generated [B], stopped [B] bool).
-    """
-    b, p = tokens.shape
-    cache = constrain_cache(init_cache(cfg, b, cache_len))  # laid out by the mesh, if sharded
-    pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
-    fwd = apply(graphdef, params, tokens, pos, causal_mask(b, p), cache,
-                logit_indices=(lengths - 1)[:, None])
-    cache = fwd.cache._replace(lengths=lengths)
-
-    def pick(step, logits):
-        step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
-        return sample(step_keys, logits, sampling)
-
-    first = pick(0, fwd.logits[:, 0])
-    out = jnp.full((b, max_new), -1, jnp.int32).at[:, 0].set(first)
-    stopped = jnp.isin(first, stop_ids)
-    done = stopped | (budgets <= 1)
-    state = (jnp.int32(1), first, jnp.ones((b,), jnp.int32), out, done, stopped, cache)
-
-    def cond(s):
-        step, done = s[0], s[4]
-        return (step < max_new) & ~jnp.all(done)
-
-    def body(s):
-        step, last, generated, out, done, stopped, cache = s
-        one = jnp.ones((b, 1, 1), bool)
-        fwd = apply(graphdef, params, last[:, None], cache.lengths[:, None], one, cache)
-        active = ~done
-        cache = fwd.cache.advance(active.astype(jnp.int32))  # commit `last` where still running
-        nxt = pick(step, fwd.logits[:, 0])
-        write = active[:, None] & (jnp.arange(max_new)[None, :] == generated[:, None])
-        out = jnp.where(write, nxt[:, None], out)
-        generated = generated + active
-        hit = active & jnp.isin(nxt, stop_ids)
-        return step + 1, nxt, generated, out, done | hit | (generated >= budgets), stopped | hit, cache
-
-    _, _, generated, out, _, stopped, _ = jax.lax.while_loop(cond, body, state)
-    return out, generated, stopped
 
 
 def encode_prompts(target: Target, prompts: Sequence[str | Sequence[int]]) -> list[list[int]]:
@@ -125,21 +72,6 @@ def stop_token_ids(target: Target, extra: Sequence[int] = ()) -> list[int]:
     if len(ids) > MAX_STOP_TOKENS:
         raise ValueError(f"at most {MAX_STOP_TOKENS} stop tokens are supported, got {ids}")
     return ids
-
-
-def resolve_drafter(drafter: Any) -> tuple[Any, Any] | None:
-    """None | "ar" -> None (autoregressive); "prompt_lookup" | a Drafter | (Drafter, params)
-    -> (drafter, params)."""
-    if drafter is None or drafter == "ar":
-        return None
-    if drafter == "prompt_lookup":
-        return PromptLookup(), ()
-    if isinstance(drafter, tuple) and len(drafter) == 2:
-        return drafter
-    if hasattr(drafter, "propose"):
-        return drafter, ()
-    raise ValueError(f"unknown drafter {drafter!r}: use None, 'ar', 'prompt_lookup', a Drafter "
-                     "or a (Drafter, params) pair")
 
 
 def _per_prompt(value, n: int, name: str) -> list:
@@ -242,53 +174,52 @@ def generate(
         sampling = SamplingParams.make(bsz, [temps[i] for i in rows], top_k, top_p)
         inputs = (jnp.asarray(tokens), lengths, budgets, sampling, stop_arr, keys)
         if spec is None:
-            fn, static = _ar_loop, (target.graphdef, cfg, cache_length(bucket, max_new), max_new)
+            cache_len = cache_length(bucket, max_new)
+            fn, static = ar_loop, (target.graphdef, cfg, cache_len, max_new)
             args = (params, *inputs)
         else:
             d, dparams = spec
             if adapter is not None:
                 dparams = adapter.params
-            fn = spec_loop
-            static = (target.graphdef, cfg, d, cache_length(bucket, max_new, d.num_nodes), max_new,
-                      greedy, adapter is not None)
+            cache_len = cache_length(bucket, max_new, d.num_nodes)
+            fn, static = spec_loop, (target.graphdef, cfg, d, cache_len, max_new, greedy, adapter is not None)
             args = (params, dparams, *inputs)
         if layout is not None:
             fn, static = run_sharded, (layout.plan, fn, *static)
             args = args[:-len(inputs)] + layout.inputs(*inputs)
         exe, compile_s = compiled(fn, static, *args)
         t0 = time.perf_counter()
-        outputs = tuple(exe(*args))
-        collected = outputs[4:]  # the adapter's history and features: they stay on the device
-        outputs = tuple(jax.device_get(outputs[:4]) if layout is None else layout.outputs(outputs))
+        loop = exe(*args)
+        # the adapter's history and features stay on the device; the rest comes to the host
+        host = LoopOutput(*(jax.device_get(loop[:4]) if layout is None else layout.outputs(loop[:4])))
         wall = time.perf_counter() - t0
-        out, generated, stopped = outputs[:3]
-        forwards = outputs[3] if spec is not None else generated
-        call_s = 0.0 if layout is None else None  # propose timing runs unsharded: skipped
+        call_s = 0.0 if layout is None else None  # propose timing runs unsharded: skipped under a mesh
         if spec is not None and layout is None:
             call_s = propose_seconds(cfg, spec[0], spec[1], bsz, bucket, bucket + max_new + spec[0].num_nodes,
-                                     static[3])
+                                     cache_len)
         event = None
         if adapter is not None:
             real = len(chunk)
-            history, hist_len, feats = collected
             event = adapter.after_batch(
-                history, hist_len, lengths, feats, real, tokens=int(sum(generated[:real]) - real),
-                forwards=int(sum(forwards[:real])), decode_s=wall,
-                budget=sum(budget[i] for i in chunk),
+                loop.history, loop.hist_len, lengths, loop.features, real,
+                tokens=int(sum(host.generated[:real]) - real), forwards=int(sum(host.forwards[:real])),
+                decode_s=wall, budget=sum(budget[i] for i in chunk),
                 remaining_budget=sum(budget[i] for i in order[start + bsz:]) + adapter.extra_budget)
         for r, i in enumerate(chunk):
-            new = out[r, :generated[r]].tolist()
+            new = host.tokens[r, :host.generated[r]].tolist()
             text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer else None
-            # tau: tokens committed per decoding forward, bonus included (the prefill's token
-            # is not counted, nor is its forward); exactly 1 for autoregressive decoding
-            fw = int(forwards[r]) if spec is not None else max(len(new) - 1, 0)
-            tau = (len(new) - 1) / fw if fw else None
-            stats = {"prompt_tokens": len(ids[i]), "new_tokens": len(new), "target_forwards": fw + 1,
-                     "tau": 1.0 if spec is None and fw else tau,
-                     "finish_reason": "stop" if stopped[r] else "length",
-                     "draft_time_s": None if call_s is None else fw * call_s, "total_time_s": wall,
-                     "compile_s": compile_s, "batch_size": bsz, "batch": start // bsz}
-            if event is not None:
-                stats["adapt"] = event
+            stats = row_stats(len(ids[i]), new, int(host.forwards[r]), bool(host.stopped[r]), call_s, wall,
+                              compile_s, bsz, start // bsz, event)
             results[i] = GenerationResult(text, new, stats)
     return results  # type: ignore[return-value]
+
+
+def row_stats(prompt_tokens: int, new: list[int], forwards: int, stopped: bool, draft_call_s: float | None,
+              wall: float, compile_s: float, batch_size: int, batch: int, event: dict | None) -> GenerationStats:
+    """One row's statistics. tau: tokens committed per decoding forward, bonus included (the
+    prefill's token is not counted, nor is its forward); exactly 1 for autoregressive decoding."""
+    return GenerationStats(
+        prompt_tokens=prompt_tokens, new_tokens=len(new), target_forwards=forwards + 1,
+        tau=(len(new) - 1) / forwards if forwards else None, finish_reason="stop" if stopped else "length",
+        draft_time_s=None if draft_call_s is None else forwards * draft_call_s, total_time_s=wall,
+        compile_s=compile_s, batch_size=batch_size, batch=batch, adapt=event)

@@ -16,16 +16,33 @@ forward's accepted path: free training labels for serving-time adaptation (no ex
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.decoding.sampling import sample, sampling_logprobs
+from specblock_jax.decoding.prefill import LoopOutput, prefill, step_keys
+from specblock_jax.decoding.sampling import sampling_logprobs
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.models.kv_cache import init_cache
-from specblock_jax.models.transformer import apply, causal_mask
-from specblock_jax.parallel.activation import constrain_cache
+from specblock_jax.models.kv_cache import KVCache
+from specblock_jax.models.transformer import apply
 from specblock_jax.trees.tree import ancestor_mask, depths
 from specblock_jax.trees.verify import verify_greedy, verify_sampling
+
+
+class SpecState(NamedTuple):
+    step: jax.Array  # [] int32 decoding step (the prefill's token was step 0)
+    root: jax.Array  # [B] int32 the last committed token (its K/V is not cached yet)
+    generated: jax.Array  # [B] int32 new tokens so far
+    out: jax.Array  # [B, max_new + N] int32 new tokens, -1 padded
+    done: jax.Array  # [B] bool: stopped or out of budget
+    stopped: jax.Array  # [B] bool: ended on a stop token
+    cache: KVCache  # the target's cache: every committed token but the root
+    history: jax.Array  # [B, S] int32 prompt + committed tokens
+    hist_len: jax.Array  # [B] int32 valid history entries (the root included)
+    drafter: Any  # the drafter's state (its own NamedTuple)
+    forwards: jax.Array  # [B] int32 verification forwards while the row was running
+    features: jax.Array | None  # with collect: [B, S + N, n, H] hidden states of history positions
 
 
 def _write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:
@@ -37,62 +54,49 @@ def _write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array
 
 
 def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, params, drafter_params,
-              tokens, lengths, budgets, sampling, stop_ids, keys):
+              tokens, lengths, budgets, sampling, stop_ids, keys) -> LoopOutput:
     """tokens [B, P] right-padded prompts with lengths [B]; budgets [B]; keys [B] PRNG keys.
 
     Static: graphdef, cfg, drafter, cache_len (>= P + max_new + N), max_new, greedy (all
-    temperatures are 0), collect. Returns (out [B, max_new + N] int32, generated [B], stopped [B]
-    bool, forwards [B] verification forwards per sequence), and with `collect` also
-    (history [B, S] prompt + committed tokens, hist_len [B], features [B, S, n, H] the target's
-    hidden states at `drafter.hidden_ids` for history positions < hist_len - 1), S = P + max_new + N.
+    temperatures are 0), collect. Returns a `LoopOutput` with tokens [B, max_new + N]; with
+    `collect` also history [B, S] (prompt + committed tokens), hist_len [B] and features
+    [B, S, n, H] (the target's hidden states at `drafter.hidden_ids` for history positions
+    < hist_len - 1), S = P + max_new + N.
     """
     b, p = tokens.shape
     n = drafter.num_nodes
-    cache = constrain_cache(init_cache(cfg, b, cache_len))  # laid out by the mesh, if sharded
-    pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
     hidden_ids = tuple(drafter.hidden_ids)
-    fwd = apply(graphdef, params, tokens, pos, causal_mask(b, p), cache, hidden_ids=hidden_ids,
-                logit_indices=(lengths - 1)[:, None])
-    # logits only at the last prompt token, hidden states at every prompt position
-    cache = fwd.cache._replace(lengths=lengths)
-    step_keys = lambda step: jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)  # noqa: E731
-    root = sample(step_keys(0), fwd.logits[:, 0], sampling)
-    prefill = Prefill(tokens, lengths, fwd.hidden, fwd.logits[:, 0], root)
-    dstate = drafter.init_state(drafter_params, prefill, cache_len)
-
+    pre = prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling, stop_ids, keys, cache_len,
+                  max_new + n, hidden_ids)
+    dstate = drafter.init_state(drafter_params, Prefill(tokens, lengths, pre.hidden, pre.logits, pre.first),
+                                cache_len)
     hist_size = p + max_new + n
     history = jnp.zeros((b, hist_size), jnp.int32).at[:, :p].set(tokens)
-    history = _write_rows(history, root[:, None], lengths)
-    out = jnp.full((b, max_new + n), -1, jnp.int32).at[:, 0].set(root)
-    stopped = jnp.isin(root, stop_ids)
-    done = stopped | (budgets <= 1)
-    zeros = jnp.zeros((b,), jnp.int32)
+    history = _write_rows(history, pre.first[:, None], lengths)
     feats = None
     if collect:  # [B, S + N, n, H]: rows S.. are scratch that finished rows write into
-        feats = jnp.zeros((b, hist_size + n) + fwd.hidden.shape[2:], fwd.hidden.dtype)
-        feats = feats.at[:, :p].set(fwd.hidden)
-    state = (jnp.int32(1), root, jnp.ones((b,), jnp.int32), out, done, stopped, cache, history,
-             lengths + 1, dstate, zeros, feats)
+        feats = jnp.zeros((b, hist_size + n) + pre.hidden.shape[2:], pre.hidden.dtype)
+        feats = feats.at[:, :p].set(pre.hidden)
+    state = SpecState(jnp.int32(1), pre.first, jnp.ones((b,), jnp.int32), pre.out, pre.done, pre.stopped,
+                      pre.cache, history, lengths + 1, dstate, jnp.zeros((b,), jnp.int32), feats)
 
-    def cond(s):
-        return (s[0] <= max_new) & ~jnp.all(s[4])
+    def cond(s: SpecState):
+        return (s.step <= max_new) & ~jnp.all(s.done)  # a step can commit a token, a row still running
 
-    def body(s):
-        step, root, generated, out, done, stopped, cache, history, hist_len, dstate, forwards, feats = s
-        active = ~done
-        ctx = DraftContext(history, hist_len, root, cache.lengths)
-        key = step_keys(step)
-        tree, dstate = drafter.propose(drafter_params, dstate, ctx, jax.vmap(jax.random.fold_in, (0, None))(key, 1))
-        tree = tree._replace(tokens=tree.tokens.at[:, 0].set(root))
+    def body(s: SpecState) -> SpecState:
+        active = ~s.done
+        ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
+        key = step_keys(keys, s.step)
+        tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
+        tree = tree._replace(tokens=tree.tokens.at[:, 0].set(s.root))
         anc = ancestor_mask(tree.parents)
-        positions = cache.lengths[:, None] + depths(anc)
-        fwd = apply(graphdef, params, tree.tokens, positions, anc, cache, hidden_ids=hidden_ids)
+        positions = s.cache.lengths[:, None] + depths(anc)
+        fwd = apply(graphdef, params, tree.tokens, positions, anc, s.cache, hidden_ids=hidden_ids)
         if greedy:
             res = verify_greedy(tree, fwd.logits)
         else:
             logp = sampling_logprobs(fwd.logits, sampling)
-            res = verify_sampling(tree, logp, jax.vmap(jax.random.fold_in, (0, None))(key, 2),
-                                  drafter.max_children)
+            res = verify_sampling(tree, logp, step_keys(key, 2), drafter.max_children)
         # keep the root and the accepted path's K/V; inactive rows keep nothing
         cache = fwd.cache.compact(res.path, jnp.where(active, res.num_accepted + 1, 0))
         idx = jnp.arange(n)[None, :]
@@ -100,23 +104,25 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, param
         is_stop = jnp.isin(res.new_tokens, stop_ids) & (idx < count[:, None])
         has_stop = jnp.any(is_stop, axis=1)
         upto = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)
-        room = budgets - generated
+        room = budgets - s.generated
         take = jnp.where(active, jnp.minimum(upto, room), 0)
-        out = _write_rows(out, jnp.where(idx < take[:, None], res.new_tokens, -1), generated)
-        history = _write_rows(history, res.new_tokens, hist_len)
+        out = _write_rows(s.out, jnp.where(idx < take[:, None], res.new_tokens, -1), s.generated)
+        history = _write_rows(s.history, res.new_tokens, s.hist_len)
+        feats = s.features
         if collect:  # the accepted path's hidden states, at the root's history position onward
             path_hidden = jnp.take_along_axis(fwd.hidden, res.path[:, :, None, None], axis=1)
-            feats = _write_rows(feats, path_hidden, jnp.where(active, hist_len - 1, hist_size))
-        hist_len = hist_len + take
-        generated = generated + take
+            feats = _write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, hist_size))
+        hist_len = s.hist_len + take
+        generated = s.generated + take
         hit = active & has_stop & (upto <= room)
         new_ctx = DraftContext(history, hist_len, res.bonus, cache.lengths)
         dstate = drafter.update(drafter_params, dstate, new_ctx, res, fwd.hidden)
-        return (step + 1, res.bonus, generated, out, done | hit | (generated >= budgets),
-                stopped | hit, cache, history, hist_len, dstate, forwards + active, feats)
+        return SpecState(s.step + 1, res.bonus, generated, out, s.done | hit | (generated >= budgets),
+                         s.stopped | hit, cache, history, hist_len, dstate, s.forwards + active, feats)
 
     final = jax.lax.while_loop(cond, body, state)
-    _, _, generated, out, _, stopped, _, history, hist_len, _, forwards, feats = final
+    out = LoopOutput(final.out, final.generated, final.stopped, final.forwards)
     if collect:
-        return out, generated, stopped, forwards, history, hist_len, feats[:, :hist_size]
-    return out, generated, stopped, forwards
+        return out._replace(history=final.history, hist_len=final.hist_len,
+                            features=final.features[:, :hist_size])
+    return out

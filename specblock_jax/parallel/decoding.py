@@ -27,11 +27,10 @@ from specblock_jax.parallel.mesh import ShardingPlan, put_array
 
 def run_sharded(plan: ShardingPlan, fn: Callable, *args):
     """fn(*args) traced under `plan`; the last argument is raw key data [B, 2] (uint32), wrapped
-    back into typed keys. Outputs (all [B, ...]) are split over "data"."""
+    back into typed keys. Outputs (a pytree of [B, ...] arrays) are split over "data"."""
     *rest, raw_keys = args
     with use_plan(plan):
-        outs = fn(*rest, jax.random.wrap_key_data(raw_keys))
-        return tuple(constrain_batch(o) for o in outs)
+        return jax.tree.map(constrain_batch, fn(*rest, jax.random.wrap_key_data(raw_keys)))
 
 
 class DecodeLayout:

@@ -168,7 +168,7 @@ def evaluate_tau(task: TrainTask, params: Any, target: sbj.Target,
         results = sbj.generate(target, mine, drafter=task.decoding_drafter(params), mesh=mesh,
                                temperature=0.0, max_new_tokens=cfg["eval_max_new_tokens"],
                                batch_size=cfg["eval_batch_size"])
-    taus = [r.stats["tau"] for r in results if r.stats["tau"] is not None]
+    taus = [r.stats.tau for r in results if r.stats.tau is not None]
     if mesh is not None and jax.process_count() > 1:
         taus = parallel.host_gather_floats(taus)
     return {"eval_tau_mean": statistics.fmean(taus) if taus else None,

@@ -1,0 +1,52 @@
+"""Target-only decoding: one token per target forward, the whole batch in one `lax.while_loop`."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from specblock_jax.decoding.prefill import LoopOutput, prefill, step_keys
+from specblock_jax.decoding.sampling import sample
+from specblock_jax.models.kv_cache import KVCache
+from specblock_jax.models.transformer import apply
+
+
+class ARState(NamedTuple):
+    step: jax.Array  # [] int32 decoding step (the prefill's token was step 0)
+    last: jax.Array  # [B] int32 the newest token (its K/V is not cached yet)
+    generated: jax.Array  # [B] int32 new tokens so far
+    out: jax.Array  # [B, max_new] int32 new tokens, -1 padded
+    done: jax.Array  # [B] bool: stopped or out of budget
+    stopped: jax.Array  # [B] bool: ended on a stop token
+    cache: KVCache
+
+
+def ar_loop(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling, stop_ids,
+            keys) -> LoopOutput:
+    """tokens [B, P] right-padded prompts with lengths [B]; budgets [B] new-token limits;
+    stop_ids [S] (-1 = unused); keys [B] PRNG keys, one per sequence. Static: graphdef, cfg,
+    cache_len (>= P + max_new), max_new. Returns a `LoopOutput` with tokens [B, max_new]."""
+    b = tokens.shape[0]
+    pre = prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling, stop_ids, keys, cache_len, max_new)
+    state = ARState(jnp.int32(1), pre.first, jnp.ones((b,), jnp.int32), pre.out, pre.done, pre.stopped,
+                    pre.cache)
+
+    def cond(s: ARState):
+        return (s.step < max_new) & ~jnp.all(s.done)  # room for another token, a row still running
+
+    def body(s: ARState) -> ARState:
+        one = jnp.ones((b, 1, 1), bool)
+        fwd = apply(graphdef, params, s.last[:, None], s.cache.lengths[:, None], one, s.cache)
+        active = ~s.done
+        cache = fwd.cache.advance(active.astype(jnp.int32))  # commit `last` where still running
+        nxt = sample(step_keys(keys, s.step), fwd.logits[:, 0], sampling)
+        write = active[:, None] & (jnp.arange(max_new)[None, :] == s.generated[:, None])
+        generated = s.generated + active
+        hit = active & jnp.isin(nxt, stop_ids)
+        return ARState(s.step + 1, nxt, generated, jnp.where(write, nxt[:, None], s.out),
+                       s.done | hit | (generated >= budgets), s.stopped | hit, cache)
+
+    final = jax.lax.while_loop(cond, body, state)
+    return LoopOutput(final.out, final.generated, final.stopped, final.generated - 1)

@@ -1,0 +1,58 @@
+"""The prompt forward and the first new token, shared by the autoregressive and speculative loops,
+and the named output both loops return."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from specblock_jax.decoding.sampling import SamplingParams, sample
+from specblock_jax.models.kv_cache import KVCache, init_cache
+from specblock_jax.models.transformer import apply, causal_mask
+from specblock_jax.parallel.activation import constrain_cache
+
+
+class Prefilled(NamedTuple):
+    cache: KVCache  # the prompt's K/V, lengths = prompt lengths (the first token is not cached)
+    logits: jax.Array  # [B, V] the target's next-token logits after the prompt
+    hidden: jax.Array | None  # [B, P, n, H] hidden states at `hidden_ids` for every prompt position
+    first: jax.Array  # [B] int32 the first new token, drawn with each row's key folded with step 0
+    out: jax.Array  # [B, width] int32 new tokens so far: `first`, then -1
+    stopped: jax.Array  # [B] bool: the first token is a stop token
+    done: jax.Array  # [B] bool: stopped, or a budget of one token
+
+
+class LoopOutput(NamedTuple):
+    tokens: jax.Array  # [B, W] int32 new tokens, -1 after each row's `generated`
+    generated: jax.Array  # [B] int32 new tokens per row (a stop token included)
+    stopped: jax.Array  # [B] bool: the row ended on a stop token
+    forwards: jax.Array  # [B] int32 decoding forwards of the target per row (the prefill excluded)
+    # with the speculative loop's `collect`: the adapter's free labels (see adaptation/buffer.py)
+    history: jax.Array | None = None  # [B, S] prompt + committed tokens
+    hist_len: jax.Array | None = None  # [B] valid history entries
+    features: jax.Array | None = None  # [B, S, n, H] hidden states at the drafter's layers
+
+
+def step_keys(keys: jax.Array, step) -> jax.Array:
+    """[B] per-row PRNG keys folded with the decoding step (0 = the prefill's token)."""
+    return jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+
+
+def prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling: SamplingParams, stop_ids, keys,
+            cache_len: int, width: int, hidden_ids: tuple[int, ...] = ()) -> Prefilled:
+    """tokens [B, P] right-padded prompts with lengths [B]; budgets [B] new-token limits; stop_ids
+    [S] (-1 = unused); keys [B]. The cache has `cache_len` slots and `out` `width` columns. Logits
+    are computed at the last prompt token only."""
+    b, p = tokens.shape
+    cache = constrain_cache(init_cache(cfg, b, cache_len))  # laid out by the mesh, if sharded
+    pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
+    fwd = apply(graphdef, params, tokens, pos, causal_mask(b, p), cache, hidden_ids=hidden_ids,
+                logit_indices=(lengths - 1)[:, None])
+    logits = fwd.logits[:, 0]
+    first = sample(step_keys(keys, 0), logits, sampling)
+    stopped = jnp.isin(first, stop_ids)
+    out = jnp.full((b, width), -1, jnp.int32).at[:, 0].set(first)
+    return Prefilled(fwd.cache._replace(lengths=lengths), logits, fwd.hidden, first, out, stopped,
+                     stopped | (budgets <= 1))

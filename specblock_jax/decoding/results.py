@@ -1,0 +1,40 @@
+"""What `generate` returns per prompt: the new tokens, their text and the decoding statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass
+class GenerationStats:
+    """Statistics of one prompt's decoding. tau = tokens committed per decoding forward of the
+    target, the bonus token included (the prefill's token and forward are not counted): exactly 1
+    for target-only decoding, None when no decoding forward ran (a one-token budget or a stop
+    token first)."""
+
+    prompt_tokens: int
+    new_tokens: int
+    target_forwards: int  # decoding forwards + the prefill
+    tau: float | None
+    finish_reason: str  # "stop" (a stop token) | "length" (the token budget)
+    draft_time_s: float | None  # estimated drafting time (decoding/draft_cost.py); None under a mesh
+    total_time_s: float  # the batch's decode-loop wall time (compilation excluded)
+    compile_s: float  # compilation time spent for this batch (0 once warm)
+    batch_size: int
+    batch: int  # index of the batch in decoding order
+    adapt: dict | None = None  # the batch's serving-time adaptation event, if an adapter ran
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (without `adapt` when no adapter ran)."""
+        out = dataclasses.asdict(self)
+        if out["adapt"] is None:
+            del out["adapt"]
+        return out
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    text: str | None  # decoded new tokens (special tokens skipped), None without a tokenizer
+    token_ids: list[int]  # new tokens, including the stop token if one ended the sequence
+    stats: GenerationStats
