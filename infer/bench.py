@@ -33,6 +33,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+from tqdm import tqdm
 
 import specblock_jax as sbj
 from infer.decode import DEFAULT_TARGET, cli_method, make_adapter, read_prompts
@@ -70,9 +71,21 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
     adapter = None
     if adapt is not None:
         adapter = make_adapter(method, drafter, ",".join(filter(None, [args.adapt_settings, adapt])))
-    results = sbj.generate(target, prompts, drafter=drafter, temperature=temperature,
-                           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
-                           adapter=adapter)
+    label = f"T={temperature:g} b={batch_size} {method_label(method)}"
+    with tqdm(total=len(prompts), desc=label, unit="prompt", file=sys.stdout, leave=True) as bar:
+        done = {"tokens": 0, "wall": 0.0, "batches": set()}
+
+        def on_batch(batch):  # prompts done and the decode loop's tokens/s so far
+            done["tokens"] += sum(len(r.token_ids) for r in batch)
+            if batch[0].stats.batch not in done["batches"]:
+                done["batches"].add(batch[0].stats.batch)
+                done["wall"] += batch[0].stats.total_time_s
+            bar.update(len(batch))
+            bar.set_postfix_str(f"{done['tokens'] / max(done['wall'], 1e-9):.0f} tok/s")
+
+        results = sbj.generate(target, prompts, drafter=drafter, temperature=temperature,
+                               max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
+                               adapter=adapter, on_batch=on_batch)
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
         b = batches.setdefault(r.stats.batch, {"wall": r.stats.total_time_s, "tokens": 0,
@@ -244,8 +257,6 @@ def main(argv=None) -> int:
         for temperature in (float(t) for t in args.temperatures.split(",")):
             group = []
             for method in methods:
-                print(f"T={temperature:g} batch={batch_size} {method}: decoding {len(prompts)} prompts ...",
-                      flush=True)
                 group.append(run_method(target, prompts, method, temperature, batch_size, args))
             base = group[0]  # ar
             for r in group:

@@ -9,7 +9,7 @@ stops on its own (a stop token or its token budget); the loop ends when all have
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -98,6 +98,7 @@ def generate(
     max_cache_len: int | None = None,
     mesh: Any = None,
     adapter: Any = None,
+    on_batch: Callable[[list[GenerationResult]], None] | None = None,
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
 
@@ -117,6 +118,7 @@ def generate(
     adapter: a `specblock_jax.adaptation.Adapter` built for this drafter: after every batch it
     learns from the verified tokens and may update the drafter's weights (the next batch drafts
     with them); outputs are unchanged. Each result's stats then carry its batch's "adapt" event.
+    on_batch: called after every batch with that batch's results (e.g. to drive a progress bar).
     """
     spec = resolve_drafter(drafter)
     if adapter is not None:
@@ -211,6 +213,8 @@ def generate(
             stats = row_stats(len(ids[i]), new, int(host.forwards[r]), bool(host.stopped[r]), call_s, wall,
                               compile_s, bsz, start // bsz, event)
             results[i] = GenerationResult(text, new, stats)
+        if on_batch is not None:
+            on_batch([results[i] for i in chunk])
     return results  # type: ignore[return-value]
 
 

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.io import check_target, load_weights, save_drafter
-from specblock_jax.models.config import RopeConfig
+from specblock_jax.models.config import ModelConfig, RopeConfig
 from specblock_jax.models.target import Target
 
 
@@ -22,6 +22,30 @@ def default_feature_layers(num_layers: int) -> tuple[int, ...]:
     than 8 layers gets {1, L/2, L-1} (distinct layers)."""
     n = num_layers
     return (2, n // 2, n - 3) if n >= 8 else (1, (n + 1) // 2, n - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetWidths:
+    """The target's widths a drafter layer shares, and the target layers it reads (features)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    feature_layers: tuple[int, ...]  # HF hidden_states indices
+    rms_norm_eps: float = 1e-6
+    rope: RopeConfig = RopeConfig()
+    dtype: str = "float32"
+
+    @classmethod
+    def for_target(cls, cfg: ModelConfig, feature_layers: tuple[int, ...] | None = None, **kw):
+        """The target's widths; features default to `default_feature_layers`; `kw` sets the
+        subclass's own fields."""
+        return cls(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim,
+                   cfg.vocab_size, tuple(feature_layers or default_feature_layers(cfg.num_layers)),
+                   cfg.rms_norm_eps, cfg.rope, cfg.dtype, **kw)
 
 
 def abstract_model(model_cls: type, config: Any) -> tuple[nnx.GraphDef, dict]:

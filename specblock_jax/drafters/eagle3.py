@@ -23,32 +23,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.common import default_feature_layers, load_model
-from specblock_jax.models.config import ModelConfig, RopeConfig
+from specblock_jax.drafters.common import TargetWidths, load_model
 from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, attend, rope_cos_sin, write_kv
 from specblock_jax.trees.topk_tree import build_topk_tree
 
 
 @dataclasses.dataclass(frozen=True)
-class Eagle3Config:
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    feature_layers: tuple[int, ...]
-    rms_norm_eps: float = 1e-6
-    rope: RopeConfig = RopeConfig()
-    dtype: str = "float32"
-
-    @classmethod
-    def for_target(cls, cfg: ModelConfig, feature_layers: tuple[int, ...] | None = None) -> "Eagle3Config":
-        """Same widths as the target; features default to `common.default_feature_layers`."""
-        feature_layers = feature_layers or default_feature_layers(cfg.num_layers)
-        return cls(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads,
-                   cfg.head_dim, cfg.vocab_size, tuple(feature_layers), cfg.rms_norm_eps, cfg.rope,
-                   cfg.dtype)
+class Eagle3Config(TargetWidths):
+    """The drafter's layer has the target's widths (`Eagle3Config.for_target(cfg)`)."""
 
 
 class Eagle3Layer(nnx.Module):

@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.common import default_feature_layers, load_model
-from specblock_jax.models.config import ModelConfig, RopeConfig
+from specblock_jax.drafters.common import TargetWidths, load_model
+from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.layers import DecoderLayer, RMSNorm, normal_param, rope_cos_sin
 from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree
 
@@ -41,31 +41,15 @@ RANK_CLASSES = 4
 RANK_FEATURES = 15
 
 
-@dataclasses.dataclass(frozen=True)
-class SpecBlockConfig:
-    hidden_size: int
-    intermediate_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    vocab_size: int
-    feature_layers: tuple[int, ...]
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpecBlockConfig(TargetWidths):
+    """The target's widths (`SpecBlockConfig.for_target(cfg, num_layers=...)`) and the drafter's own
+    shape."""
+
     num_layers: int = 2
     block_size: int = 4  # K slots per block
     layer_shift: bool = True
     rank_hidden: int = 256
-    rms_norm_eps: float = 1e-6
-    rope: RopeConfig = RopeConfig()
-    dtype: str = "float32"
-
-    @classmethod
-    def for_target(cls, cfg: ModelConfig, feature_layers: tuple[int, ...] | None = None, **kw
-                   ) -> "SpecBlockConfig":
-        """Target widths; features default to `common.default_feature_layers`."""
-        feature_layers = feature_layers or default_feature_layers(cfg.num_layers)
-        return cls(cfg.hidden_size, cfg.intermediate_size, cfg.num_heads, cfg.num_kv_heads,
-                   cfg.head_dim, cfg.vocab_size, tuple(feature_layers), rms_norm_eps=cfg.rms_norm_eps,
-                   rope=cfg.rope, dtype=cfg.dtype, **kw)
 
     def layer_config(self) -> ModelConfig:
         return ModelConfig("llama", self.vocab_size, self.hidden_size, self.intermediate_size,
@@ -173,14 +157,12 @@ def _take(x, index):
     return jnp.take_along_axis(x, index.reshape((-1,) + (1,) * (x.ndim - 1)), axis=1)[:, 0]
 
 
-@dataclasses.dataclass(frozen=True)
-class SpecBlockDrafter:
-    """Decoding-side SpecBlock. params = {"draft": trainable params, "embed": [V, H]}.
-    Tree settings: see trees/rank_tree.py."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpecBlockDecoding:
+    """SpecBlock's tree settings (see trees/rank_tree.py): node budget incl. the root, blocks per
+    path, leaves drafted from per later level, alternatives per rank class (1, 2-4, 5-10, give up),
+    slot-0 minimum, rank-head branching (false = fixed_branch alternatives at every slot)."""
 
-    kind: ClassVar[str] = "specblock"
-    config: SpecBlockConfig
-    graphdef: nnx.GraphDef
     num_nodes: int = 16
     max_blocks: int = 2
     beam: int = 1
@@ -188,6 +170,15 @@ class SpecBlockDrafter:
     root_branch: int = 3
     rank_tree: bool = True
     fixed_branch: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecBlockDrafter(SpecBlockDecoding):
+    """Decoding-side SpecBlock. params = {"draft": trainable params, "embed": [V, H]}."""
+
+    kind: ClassVar[str] = "specblock"
+    config: SpecBlockConfig
+    graphdef: nnx.GraphDef
 
     @property
     def tree(self) -> RankTreeSettings:

@@ -31,8 +31,8 @@ from flax import nnx
 from specblock_jax.adaptation.objective import chain_tau, label_logits
 from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields
 from specblock_jax.drafters.registry import DrafterKind, register
-from specblock_jax.drafters.specblock import (RANK_CLASSES, SpecBlockConfig, SpecBlockDrafter,
-                                              SpecBlockModel, block_mask, load_specblock)
+from specblock_jax.drafters.specblock import (RANK_CLASSES, SpecBlockConfig, SpecBlockDecoding,
+                                              SpecBlockDrafter, SpecBlockModel, block_mask, load_specblock)
 from specblock_jax.models.target import Target
 from specblock_jax.trees.rank_tree import rank_class
 from specblock_jax.training.task import frozen_target_outputs, parse_settings
@@ -179,9 +179,10 @@ def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask
     return total, metrics
 
 
-@dataclasses.dataclass(frozen=True)
-class SpecBlockTrainConfig:
-    """The SpecBlock keys of a training config (configs/drafters/specblock.yaml)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpecBlockTrainConfig(SpecBlockDecoding):
+    """The SpecBlock keys of a training config (configs/drafters/specblock.yaml): the drafter's
+    shape, its training, and the decoding settings it is exported with."""
 
     feature_layers: tuple[int, ...] | None = None  # HF hidden_states indices; None = the default rule
     drafter_layers: int = 2  # decoder layers
@@ -193,21 +194,13 @@ class SpecBlockTrainConfig:
     valid_prefix: bool = True  # false = ablation
     rank_weight: float = 1.0  # weight of the rank-head loss
     loss_fraction: float = 0.34  # share of positions whose vocabulary-wide losses are computed
-    # decoding (trees/rank_tree.py)
-    num_nodes: int = 16
-    max_blocks: int = 2
-    beam: int = 1
-    branch: tuple[int, ...] = (0, 3, 9, 0)
-    root_branch: int = 3
-    rank_tree: bool = True
-    fixed_branch: int = 2
 
 
 class SpecBlockTask(FeatureDrafterTask):
     """TrainTask for SpecBlock (see specblock_jax/training/task.py)."""
 
     Settings = SpecBlockTrainConfig
-    DECODING = ("num_nodes", "max_blocks", "beam", "branch", "root_branch", "rank_tree", "fixed_branch")
+    DECODING = tuple(f.name for f in dataclasses.fields(SpecBlockDecoding))
 
     def __init__(self, settings: SpecBlockTrainConfig | dict[str, Any], target: Target):
         s = parse_settings(SpecBlockTrainConfig, settings, "specblock: ")

@@ -43,16 +43,9 @@ class Transformer(nnx.Module):
             return self.embed_tokens[...].T
         return self.lm_head[...]
 
-    def __call__(
-        self,
-        tokens: jax.Array,
-        positions: jax.Array,
-        mask: jax.Array,
-        cache: KVCache | None = None,
-        hidden_ids: tuple[int, ...] = (),
-        logit_indices: jax.Array | None = None,
-        compute_logits: bool = True,
-    ) -> ForwardOutput:
+    def __call__(self, tokens, positions, mask, cache: KVCache | None = None, hidden_ids=(),
+                 logit_indices=None, compute_logits: bool = True) -> ForwardOutput:
+        """The forward of `apply` (shapes and arguments documented there)."""
         cfg = self.cfg
         bad = [i for i in hidden_ids if not 0 <= i <= cfg.num_layers]
         if bad:
