@@ -14,9 +14,19 @@ The public API (functional): load a target, run it, generate from it, save it.
 """
 
 from specblock_jax import _quiet  # noqa: F401  (first: silences transformers' no-PyTorch advisory)
-from specblock_jax import adaptation
-from specblock_jax.decoding import GenerationResult, SamplingParams, generate
+
+# Subpackages, one concept each: target models, draft trees, drafters (and their registry), the
+# decoding loops, device meshes, serving-time adaptation. `specblock_jax.training` (drafter
+# training, TFDS data) is imported on demand.
+from specblock_jax import adaptation, decoding, drafters, models, parallel, trees
+
+# Decoding: batched generation, autoregressive or speculative, and what it returns.
+from specblock_jax.decoding import GenerationResult, GenerationStats, SamplingParams, generate
+
+# Drafters: folders of any registered kind.
 from specblock_jax.drafters.io import load_drafter, save_drafter
+
+# Targets: Qwen3 / Llama-3 decoders, their KV cache and Hugging Face checkpoints.
 from specblock_jax.models import (
     CheckpointError,
     KVCache,
@@ -32,8 +42,10 @@ from specblock_jax.models import (
 )
 
 __all__ = [
-    "CheckpointError", "GenerationResult", "KVCache", "ModelConfig", "RopeConfig", "SamplingParams",
-    "Target", "UnsupportedModelError", "forward", "generate", "init_cache", "init_target",
-    "adaptation", "load_drafter", "load_target", "save_drafter", "save_target",
+    "adaptation", "decoding", "drafters", "models", "parallel", "trees",
+    "GenerationResult", "GenerationStats", "SamplingParams", "generate",
+    "load_drafter", "save_drafter",
+    "CheckpointError", "KVCache", "ModelConfig", "RopeConfig", "Target", "UnsupportedModelError",
+    "forward", "init_cache", "init_target", "load_target", "save_target",
 ]
 __version__ = "0.1.0"

@@ -1,7 +1,9 @@
 """The drafter protocol: what every drafter (prompt lookup, EAGLE-3, SpecBlock, DFlash) implements.
 
 A drafter is a frozen dataclass (hashable, a static argument under jit) holding only settings;
-its weights (`params`) and its per-batch `state` are pytrees passed through the decode loop.
+its weights (`params`) and its per-batch `state` (a NamedTuple of [B, ...] arrays, or () for a
+stateless drafter) are pytrees passed through the decode loop. A drafter saved as a folder names
+its registry kind in a class attribute `kind` (see drafters/registry.py).
 All three methods are pure and run inside the loop's jit:
 
     state = drafter.init_state(params, prefill, max_len)      after the target's prefill
