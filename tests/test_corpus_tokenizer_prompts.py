@@ -346,3 +346,26 @@ def test_finalize_dedups_filters_and_samples() -> None:
     assert sampled == sorted(sampled, key=raw.index)
     with pytest.raises(ValueError, match="duplicate prompt id"):
         finalize([raw[0], {"id": raw[0]["id"], "prompt": "other"}], Counter(), max_chars=40)
+
+
+def test_package_sources_follow_the_runtime_dependency_closure(tmp_path: Path) -> None:
+    from train.build_corpus import TEST_ONLY_DISTRIBUTIONS, package_sources, runtime_distributions
+
+    dists = runtime_distributions("specblock-jax")
+    assert {"jax", "flax", "transformers", "numpy"} <= set(dists)
+    assert not set(dists) & TEST_ONLY_DISTRIBUTIONS and "specblock-jax" not in dists  # never torch
+    assert split_of(_name_in("validation", "packages/v_{}.py")) == "validation_packages"
+    assert split_of(_name_in("heldout", "packages/h_{}.py")) == "heldout_packages"
+    assert split_of(_name_in("train", "packages/t_{}.py")) == "train"
+    full, half = package_sources(dists), package_sources(dists, share=50)
+    assert set(half) < set(full) and 0.4 < len(half) / len(full) < 0.6  # a deterministic share
+
+    root = tmp_path / "stdlib"
+    root.mkdir()
+    (root / "os.py").write_text("x = 1\n")
+    manifest = build_corpus(tmp_path / "c", root=root, progress=False, packages_of="python-dateutil")
+    assert set(manifest["distributions"]) == {"tzdata"}
+    paths = {s: [r["path"] for r in read_split(tmp_path / "c", s)] for s in
+             ("train", "validation", "heldout", "validation_packages", "heldout_packages")}
+    assert "os.py" in paths["train"] and "packages/tzdata/__init__.py" in sum(paths.values(), [])
+    assert not any(p.startswith("packages/") for s in ("validation", "heldout") for p in paths[s])
