@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import jax
@@ -223,3 +227,39 @@ def test_export_loads_with_load_target(trained, corpus):
 
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 1 and samples[0]["id"] == "HumanEval/0" and samples[0]["completion"]
+
+
+def _run_cli(corpus: Path, run: Path, *overrides: str) -> subprocess.Popen:
+    args = [sys.executable, "-m", "train.train_target", "--config", str(TINY), f"corpus_dir={corpus}",
+            f"tokenizer_dir={TOKENIZER}", f"token_cache_dir={corpus / 'tokens'}", f"run_dir={run}",
+            f"out_dir={run / 'export'}", *overrides]
+    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_a_training_process_killed_with_sigkill_resumes_bit_identically(corpus, tmp_path):
+    """Training outlives sessions: a real process SIGKILLed mid-run (possibly mid-checkpoint), then
+    the same command again, gives the uninterrupted run's metrics and final state bit for bit."""
+    common = ("max_steps=60", "ckpt_every=2", "log_every=1", "eval_every=10", "num_samples=0",
+              "time_budget_min=60.0")
+    straight = _run_cli(corpus, tmp_path / "straight", *common)
+    assert straight.wait(timeout=600) == 0, straight.stderr.read()
+
+    killed_dir = tmp_path / "killed"
+    proc = _run_cli(corpus, killed_dir, *common)
+    log, deadline = killed_dir / "metrics.jsonl", time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) >= 15:
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait(timeout=60) == -signal.SIGKILL  # killed before it could finish
+    killed_at = max(r["step"] for r in _records(killed_dir))
+    assert 10 <= killed_at < 60
+    resumed = _run_cli(corpus, killed_dir, *common)
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read()
+
+    assert _records(killed_dir) == _records(tmp_path / "straight")
+    (step_a, state_a), (step_b, state_b) = _latest_state(tmp_path / "straight"), _latest_state(killed_dir)
+    assert step_a == step_b == 60
+    for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b), strict=True):
+        np.testing.assert_array_equal(a, b)
