@@ -28,8 +28,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.trees.topk_tree import select_tree
-from specblock_jax.trees.tree import DraftTree
+from specblock_jax.trees.tree import DraftTree, select_tree
 
 GIVE_UP = 3
 RANK_EDGES = (1, 4, 10)  # rank < 1 -> class 0, < 4 -> 1, < 10 -> 2, else 3 (0-based ranks)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.trees.tree import DraftTree
+from specblock_jax.trees.tree import select_tree
 
 # expander(carry, tokens [B, k], parent_index [B, k] (candidate index, -1 = root),
 #          node_index [B, k] (candidate index of each frontier node), ancestors [B, k, M] bool
@@ -54,33 +54,3 @@ def build_topk_tree(root: jax.Array, root_logprobs: jax.Array, expander: Expande
         anc = anc.at[:, new].set(jnp.take_along_axis(anc, par[:, :, None], axis=1) | eye[new][None])
         frontier = jnp.broadcast_to(new, (b, top_k))
     return select_tree(root, tokens, parents, scores, num_nodes), carry
-
-
-def select_tree(root: jax.Array, tokens: jax.Array, parents: jax.Array, scores: jax.Array,
-                num_nodes: int) -> DraftTree:
-    """The best num_nodes - 1 of M candidates, as a DraftTree under `root`.
-
-    tokens/parents/scores [B, M]: parents are candidate indices (-1 = the root) smaller than the
-    child's; scores are cumulative log-probs (-inf = not a candidate), so a child never outscores its
-    parent and, with ties going to the lower index, the selection contains every selected node's
-    ancestors. Selected nodes keep creation order (parents before children); unfilled nodes are
-    invalid.
-    """
-    b, m = tokens.shape
-    keep = min(num_nodes - 1, m)
-    order = jnp.argsort(-scores, axis=1, stable=True)[:, :keep]
-    chosen = jnp.sort(order, axis=1)  # parents come before children
-    to_node = jnp.full((b, m), -1, jnp.int32).at[jnp.arange(b)[:, None], chosen].set(
-        jnp.arange(1, keep + 1, dtype=jnp.int32)[None])
-    cpar = jnp.take_along_axis(parents, chosen, axis=1)
-    node_par = jnp.where(cpar < 0, 0, jnp.take_along_axis(to_node, jnp.maximum(cpar, 0), axis=1))
-    pad = num_nodes - 1 - keep
-    tree_tokens = jnp.concatenate([root[:, None].astype(jnp.int32),
-                                   jnp.take_along_axis(tokens, chosen, axis=1).astype(jnp.int32),
-                                   jnp.zeros((b, pad), jnp.int32)], axis=1)
-    tree_parents = jnp.concatenate([jnp.full((b, 1), -1, jnp.int32), node_par,
-                                    jnp.zeros((b, pad), jnp.int32)], axis=1)
-    valid = jnp.concatenate([jnp.ones((b, 1), bool),
-                             jnp.isfinite(jnp.take_along_axis(scores, chosen, axis=1)),
-                             jnp.zeros((b, pad), bool)], axis=1)
-    return DraftTree(tree_tokens, tree_parents, valid)

@@ -74,3 +74,33 @@ def child_table(parents: jax.Array, valid: jax.Array, max_children: int) -> jax.
     bidx = jnp.broadcast_to(jnp.arange(b)[:, None], (b, n))
     table = table.at[bidx, rows, cols].set(jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (b, n)))
     return table[:, :n]
+
+
+def select_tree(root: jax.Array, tokens: jax.Array, parents: jax.Array, scores: jax.Array,
+                num_nodes: int) -> DraftTree:
+    """The best num_nodes - 1 of M candidates, as a DraftTree under `root`.
+
+    tokens/parents/scores [B, M]: parents are candidate indices (-1 = the root) smaller than the
+    child's; scores are cumulative log-probs (-inf = not a candidate), so a child never outscores its
+    parent and, with ties going to the lower index, the selection contains every selected node's
+    ancestors. Selected nodes keep creation order (parents before children); unfilled nodes are
+    invalid.
+    """
+    b, m = tokens.shape
+    keep = min(num_nodes - 1, m)
+    order = jnp.argsort(-scores, axis=1, stable=True)[:, :keep]
+    chosen = jnp.sort(order, axis=1)  # parents come before children
+    to_node = jnp.full((b, m), -1, jnp.int32).at[jnp.arange(b)[:, None], chosen].set(
+        jnp.arange(1, keep + 1, dtype=jnp.int32)[None])
+    cpar = jnp.take_along_axis(parents, chosen, axis=1)
+    node_par = jnp.where(cpar < 0, 0, jnp.take_along_axis(to_node, jnp.maximum(cpar, 0), axis=1))
+    pad = num_nodes - 1 - keep
+    tree_tokens = jnp.concatenate([root[:, None].astype(jnp.int32),
+                                   jnp.take_along_axis(tokens, chosen, axis=1).astype(jnp.int32),
+                                   jnp.zeros((b, pad), jnp.int32)], axis=1)
+    tree_parents = jnp.concatenate([jnp.full((b, 1), -1, jnp.int32), node_par,
+                                    jnp.zeros((b, pad), jnp.int32)], axis=1)
+    valid = jnp.concatenate([jnp.ones((b, 1), bool),
+                             jnp.isfinite(jnp.take_along_axis(scores, chosen, axis=1)),
+                             jnp.zeros((b, pad), bool)], axis=1)
+    return DraftTree(tree_tokens, tree_parents, valid)
