@@ -41,7 +41,7 @@ import specblock_jax as sbj
 from infer.decode import read_prompts
 from specblock_jax import parallel
 from specblock_jax.training.regen_dataset import BatchIterator, build_tfds
-from specblock_jax.drafters import registry
+from specblock_jax.drafters import draft_vocab, registry
 from specblock_jax.training.trainer import TRAINER_DEFAULTS, train
 from train import train_target
 
@@ -126,6 +126,22 @@ def eval_prompt_list(cfg: dict[str, Any], sources: dict[str, Any]) -> list[str |
     return prompts
 
 
+def count_draft_vocab(source, vocab_size: int, size: int, run_dir: str) -> str:
+    """The `size` most frequent target tokens (prompt and response) of the training examples as a
+    draft vocabulary, written to <run_dir>/draft_vocab.safetensors (process 0); its path."""
+    counts = draft_vocab.count_tokens(
+        (list(ex["prompt_ids"]) + list(ex["response_ids"]) for ex in (source[i] for i in range(len(source)))),
+        vocab_size)
+    vocab = draft_vocab.from_counts(counts, size)
+    covered = counts[vocab.d2t].sum() / max(counts.sum(), 1)
+    print(f"draft vocabulary: {size} of {vocab_size} target tokens, {covered:.1%} of the training tokens")
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    if jax.process_index() == 0:
+        draft_vocab.save(run_dir, vocab)
+    parallel.sync("specblock-train-draft-vocab")
+    return str(Path(run_dir) / draft_vocab.FILE)
+
+
 def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str, Any]:
     """Loads the target and data of `cfg`, builds the kind's task from its own keys (those that
     are not run or trainer keys) and trains it; the summary.
@@ -155,6 +171,9 @@ def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str,
         return BatchIterator(train_source, batch_size=cfg["batch_size"] // hosts,
                              max_len=cfg["max_len"], seed=cfg["seed"], state=state)
 
+    if settings.get("draft_vocab_size") and not settings.get("draft_vocab"):
+        settings["draft_vocab"] = cfg["draft_vocab"] = count_draft_vocab(
+            sources["train"], target.config.vocab_size, settings["draft_vocab_size"], cfg["run_dir"])
     print(json.dumps(cfg))
     print(f"{kind}: {len(train_source):,} training examples, {len(prompts)} evaluation prompts, "
           f"run dir {cfg['run_dir']}")

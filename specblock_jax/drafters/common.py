@@ -102,10 +102,13 @@ class FeatureDrafterTask:
         self.settings, self.target, self.config, self.model_cls = settings, target, config, model_cls
         self.graphdef, _ = abstract_model(model_cls, config)
 
+    def initial_head(self) -> jax.Array | None:
+        """The drafter's initial lm_head (the target's), or None for a random one."""
+        return target_head(self.target) if self.init_head_from_target else None
+
     def init_params(self, key):
         seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
-        head = target_head(self.target) if self.init_head_from_target else None
-        return init_model(self.model_cls, self.config, seed, lm_head=head)[1]
+        return init_model(self.model_cls, self.config, seed, lm_head=self.initial_head())[1]
 
     def frozen(self):
         return self.target.params

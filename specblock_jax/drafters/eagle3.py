@@ -23,14 +23,23 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
+from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.common import TargetWidths, load_model
 from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, attend, rope_cos_sin, write_kv
 from specblock_jax.trees.topk_tree import build_topk_tree
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Eagle3Config(TargetWidths):
-    """The drafter's layer has the target's widths (`Eagle3Config.for_target(cfg)`)."""
+    """The drafter's layer has the target's widths (`Eagle3Config.for_target(cfg)`); its LM head
+    covers the target vocabulary, or a reduced draft vocabulary of `draft_vocab_size` ids
+    (drafters/draft_vocab.py)."""
+
+    draft_vocab_size: int = 0  # 0 = the target's whole vocabulary
+
+    @property
+    def head_size(self) -> int:
+        return self.draft_vocab_size or self.vocab_size
 
 
 class Eagle3Layer(nnx.Module):
@@ -67,7 +76,7 @@ class Eagle3Model(nnx.Module):
         self.fc = normal_param(rngs, (len(c.feature_layers) * c.hidden_size, c.hidden_size), jnp.dtype(c.dtype))
         self.layer = Eagle3Layer(c, rngs)
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, jnp.dtype(c.dtype))
-        self.lm_head = normal_param(rngs, (c.hidden_size, c.vocab_size), jnp.dtype(c.dtype))
+        self.lm_head = normal_param(rngs, (c.hidden_size, c.head_size), jnp.dtype(c.dtype))
 
     def fuse(self, target_hidden):
         """[B, T, n, H] target hidden states -> [B, T, H] features."""
@@ -92,12 +101,13 @@ class Eagle3State(NamedTuple):
     cache: tuple[jax.Array, jax.Array]  # (k, v) [B, S, K, D]: committed entries, then tree scratch
     length: jax.Array  # [B] int32 committed entries (= the target's cache length)
     hidden: jax.Array  # [B, H] the last committed pair's output hidden (the next tree's root)
-    logits: jax.Array  # [B, V] its logits
+    logits: jax.Array  # [B, V'] its logits over the drafter's vocabulary
 
 
 @dataclasses.dataclass(frozen=True)
 class Eagle3Drafter:
-    """Decoding-side EAGLE-3 drafter. params = {"draft": trainable params, "embed": [V, H]}."""
+    """Decoding-side EAGLE-3 drafter. params = {"draft": trainable params, "embed": [V, H]}, plus
+    {"d2t": [K], "t2d": [V]} with a reduced draft vocabulary (drafters/draft_vocab.py)."""
 
     kind: ClassVar[str] = "eagle3"
     config: Eagle3Config
@@ -165,7 +175,8 @@ class Eagle3Drafter:
         b = length.shape[0]
         hid0 = jnp.zeros((b, self.top_k * self.depth, self.config.hidden_size), state.hidden.dtype)
         tree, (cache, _) = build_topk_tree(ctx.root, jax.nn.log_softmax(state.logits, axis=-1), expand,
-                                           (state.cache, hid0), self.top_k, self.depth, self.num_nodes)
+                                           (state.cache, hid0), self.top_k, self.depth, self.num_nodes,
+                                           params.get("d2t"))
         return tree, state._replace(cache=cache)
 
     def update(self, params, state, ctx: DraftContext, result, hidden):
@@ -192,4 +203,8 @@ def load_eagle3(path, meta, target, dtype, decoding):
     """The `load` of the "eagle3" kind (drafters/registry.py)."""
     config, graphdef, params = load_model(path, meta, target, dtype, Eagle3Config, Eagle3Model)
     drafter = Eagle3Drafter(config, graphdef, **{**meta["decoding"], **decoding})
-    return drafter, {"draft": params, "embed": target.params["embed_tokens"]}
+    bundle = {"draft": params, "embed": target.params["embed_tokens"]}
+    if config.draft_vocab_size:
+        vocab = draft_vocab.load(path, config.vocab_size, config.draft_vocab_size)
+        bundle.update(d2t=jnp.asarray(vocab.d2t), t2d=jnp.asarray(vocab.t2d))
+    return drafter, bundle

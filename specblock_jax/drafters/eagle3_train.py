@@ -20,7 +20,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.adaptation.objective import chain_tau, label_logits
-from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields
+from specblock_jax.drafters import draft_vocab
+from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, target_head
 from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Model, load_eagle3
 from specblock_jax.drafters.registry import DrafterKind, register
 from specblock_jax.models.layers import attend, rope_cos_sin
@@ -35,13 +36,19 @@ def _shift(x: jax.Array, k: int, fill=0) -> jax.Array:
 
 
 def ttt_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, valid, steps: int = 7,
-             decay: float = 0.8):
-    """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T].
+             decay: float = 0.8, vocab: tuple[jax.Array, jax.Array] | None = None):
+    """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T];
+    vocab: (d2t [K], t2d [V]) of a reduced draft vocabulary, or None. With one, the target
+    distribution is its softmax over the draft ids and positions whose target argmax is outside
+    the draft vocabulary are not scored (EAGLE-3's rule; drafters/draft_vocab.py).
 
     Returns (loss, {"acc_j": top-1 agreement with the target at step j, "loss_j"}).
     """
     b, t = tokens.shape
     c = model.c
+    if vocab is not None:
+        target_logits, inside = draft_vocab.restrict(target_logits, *vocab)
+        loss_mask = loss_mask * inside.astype(loss_mask.dtype)
     p_target = jax.nn.softmax(target_logits.astype(jnp.float32), axis=-1)
     want = jnp.argmax(target_logits, axis=-1)
     idx = jnp.arange(t)
@@ -75,6 +82,8 @@ class Eagle3TrainConfig:
     """The EAGLE-3 keys of a training config (configs/drafters/eagle3.yaml)."""
 
     feature_layers: tuple[int, ...] | None = None  # HF hidden_states indices; None = the default rule
+    draft_vocab_size: int = 0  # reduced draft vocabulary (d2t/t2d); 0 = the target's whole vocabulary
+    draft_vocab: str = ""  # its map (a draft_vocab.safetensors); "" = counted from the training data
     ttt_steps: int = 4  # training-time-test steps (EAGLE-3 uses 7; 4 is what a 2-core CPU affords)
     ttt_decay: float = 0.8  # weight of step j: decay^j
     num_nodes: int = 16  # decoding: tree node budget incl. the root
@@ -89,18 +98,43 @@ class Eagle3Task(FeatureDrafterTask):
 
     def __init__(self, settings: Eagle3TrainConfig | dict[str, Any], target: Target):
         s = parse_settings(Eagle3TrainConfig, settings, "eagle3: ")
-        self.setup(s, target, Eagle3Config.for_target(target.config, s.feature_layers), Eagle3Model)
+        config = Eagle3Config.for_target(target.config, s.feature_layers, draft_vocab_size=s.draft_vocab_size)
+        self.setup(s, target, config, Eagle3Model)
+        self.vocab = None
+        if s.draft_vocab_size:
+            if not s.draft_vocab:
+                raise ValueError("eagle3: draft_vocab_size is set but no draft_vocab map was given "
+                                 "(specblock-train counts one from the training data)")
+            self.vocab = draft_vocab.load(s.draft_vocab, target.config.vocab_size, s.draft_vocab_size)
+
+    def initial_head(self):
+        head = target_head(self.target)
+        return head if self.vocab is None else head[:, self.vocab.d2t]
+
+    def extra_decoding_params(self) -> dict:
+        if self.vocab is None:
+            return {}
+        return {"d2t": jnp.asarray(self.vocab.d2t), "t2d": jnp.asarray(self.vocab.t2d)}
+
+    def _vocab(self):
+        return None if self.vocab is None else (jnp.asarray(self.vocab.d2t), jnp.asarray(self.vocab.t2d))
 
     def loss_fn(self, params, frozen, batch, key):
         hidden, logits = frozen_target_outputs(self.target, frozen, batch, self.config.feature_layers)
         model = nnx.merge(self.graphdef, params)
         embed = jax.lax.stop_gradient(frozen["embed_tokens"])
         return ttt_loss(model, embed, hidden, logits, batch["tokens"], batch["loss_mask"],
-                        batch["attention_mask"], self.settings.ttt_steps, self.settings.ttt_decay)
+                        batch["attention_mask"], self.settings.ttt_steps, self.settings.ttt_decay,
+                        self._vocab())
 
     def drafter(self) -> Eagle3Drafter:
         return Eagle3Drafter(self.config, self.graphdef,
                              **settings_fields(self.settings, ("num_nodes", "top_k", "depth")))
+
+    def export(self, params, out_dir: str) -> None:
+        super().export(params, out_dir)
+        if self.vocab is not None:
+            draft_vocab.save(out_dir, self.vocab)
 
 
 def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, depth: int = 0):
@@ -110,7 +144,9 @@ def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, dep
     steps = depth or 4
     model = nnx.merge(drafter.graphdef, params["draft"])
     logits = label_logits(tokens, drafter.config.vocab_size)
-    loss, metrics = ttt_loss(model, params["embed"], hidden, logits, tokens, loss_mask, valid, steps)
+    vocab = (params["d2t"], params["t2d"]) if "d2t" in params else None
+    loss, metrics = ttt_loss(model, params["embed"], hidden, logits, tokens, loss_mask, valid, steps,
+                             vocab=vocab)
     return loss, chain_tau(jnp.stack([metrics[f"acc_{j}"] for j in range(steps)]))
 
 

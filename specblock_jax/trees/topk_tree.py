@@ -17,7 +17,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.trees.tree import select_tree
+from specblock_jax.trees.tree import DraftTree, select_tree
 
 # expander(carry, tokens [B, k], parent_index [B, k] (candidate index, -1 = root),
 #          node_index [B, k] (candidate index of each frontier node), ancestors [B, k, M] bool
@@ -27,11 +27,16 @@ Expander = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array, int], tupl
 
 
 def build_topk_tree(root: jax.Array, root_logprobs: jax.Array, expander: Expander, carry: Any,
-                    top_k: int, depth: int, num_nodes: int) -> tuple[DraftTree, Any]:
-    """root [B] token, root_logprobs [B, V] -> (DraftTree with num_nodes nodes, final carry)."""
+                    top_k: int, depth: int, num_nodes: int, token_map: jax.Array | None = None
+                    ) -> tuple[DraftTree, Any]:
+    """root [B] token, root_logprobs [B, V'] -> (DraftTree with num_nodes nodes, final carry).
+    token_map [V'] (a reduced draft vocabulary's d2t) maps the drafter's ids to target ids; the
+    tree and the expander see target ids only."""
     b = root.shape[0]
     m = top_k * depth
+    ids = (lambda x: x) if token_map is None else (lambda x: jnp.take(token_map, x))  # noqa: E731
     score, tok = jax.lax.top_k(root_logprobs, top_k)  # [B, k]
+    tok = ids(tok)
     tokens = jnp.zeros((b, m), jnp.int32).at[:, :top_k].set(tok.astype(jnp.int32))
     scores = jnp.full((b, m), -jnp.inf).at[:, :top_k].set(score)
     parents = jnp.full((b, m), -1, jnp.int32)
@@ -44,6 +49,7 @@ def build_topk_tree(root: jax.Array, root_logprobs: jax.Array, expander: Expande
         f_anc = jnp.take_along_axis(anc, frontier[:, :, None], axis=1)  # [B, k, M]
         carry, logp = expander(carry, f_tok, f_par, frontier, f_anc, d)
         child_score, child_tok = jax.lax.top_k(logp, top_k)  # [B, k, k]
+        child_tok = ids(child_tok)
         total = jnp.take_along_axis(scores, frontier, axis=1)[:, :, None] + child_score
         best, flat = jax.lax.top_k(total.reshape(b, -1), top_k)  # global top-k of k*k
         new = d * top_k + jnp.arange(top_k, dtype=jnp.int32)  # candidate slots of depth d + 1
