@@ -417,3 +417,14 @@ def test_eval_prompts_from_a_prompt_jsonl(tmp_path, capsys):
     assert cli.eval_prompt_list({**cfg, "eval_num_prompts": 0}, {}) == []
     with pytest.raises(ValueError, match="no validation split"):
         cli.eval_prompt_list({**cfg, "eval_prompts": ""}, {"train": []})
+
+
+def test_cli_counts_a_draft_vocabulary_from_the_training_examples(tmp_path, capsys):
+    from specblock_jax.drafters import draft_vocab
+
+    source = [{"prompt_ids": np.asarray([0, 5, 5]), "response_ids": np.asarray([7, 5, 1])},
+              {"prompt_ids": np.asarray([0, 7]), "response_ids": np.asarray([9, 1])}]
+    path = cli.count_draft_vocab(source, VOCAB, 4, str(tmp_path / "run"))
+    vocab = draft_vocab.load(path, VOCAB, 4)
+    assert vocab.d2t.tolist() == [5, 0, 1, 7]  # 3x 5, then 2x each of 0, 1, 7 (ties to the lower id)
+    assert "4 of 64 target tokens, 90.0% of the training tokens" in capsys.readouterr().out
