@@ -14,7 +14,7 @@ from specblock_jax.drafters.base import Prefill
 from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.dflash_train import DFlashTask, training_mask
 from specblock_jax.drafters.io import load_drafter, save_drafter
-from test_speculative import _chi_square_pvalue, _exact_pair_distribution
+from test_speculative import _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
 from conftest import peaked_tiny_target, train_on_fixed_batch
 
 V = 8
@@ -126,11 +126,8 @@ def test_sampled_dflash_decoding_matches_the_target_distribution(target, task, p
     """The engine's distribution test (tests/test_speculative.py) with this drafter's sampled drafts."""
     drafter = DFlashDrafter(task.config, task.graphdef, block_size=3, draft_mode=mode)
     prompt, draws = [1, 2, 3], 6000
-    res = sbj.generate(target, [prompt] * draws, drafter=(drafter, task.decoding_drafter(params)[1]),
-                       temperature=temp, top_k=top_k, top_p=top_p, max_new_tokens=3, batch_size=1000, seed=11)
-    counts = np.zeros((V, V))
-    for r in res:
-        counts[r.token_ids[1], r.token_ids[2]] += 1
+    counts, res = sampled_pair_counts(target, (drafter, task.decoding_drafter(params)[1]), V, prompt, draws,
+                                      temp, top_k, top_p)
     exact = _exact_pair_distribution(target, prompt, temp, top_k, top_p)
     assert _chi_square_pvalue(counts, exact) > 1e-3
     assert _chi_square_pvalue(counts, _exact_pair_distribution(target, prompt, temp * 1.25, top_k, top_p)) < 1e-6

@@ -16,7 +16,7 @@ from conftest import peaked_tiny_target, train_on_fixed_batch
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.eagle3_train import Eagle3Task
-from test_speculative import _chi_square_pvalue, _exact_pair_distribution
+from test_speculative import _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
 
 V, K = 32, 12
 
@@ -107,11 +107,7 @@ def test_sampling_with_a_draft_vocabulary_matches_the_target_distribution(tmp_pa
                        "draft_vocab": str(tmp_path)}, small)
     drafter = task.decoding_drafter(task.init_params(jax.random.key(4)))
     prompt, draws = [1, 2, 3], 6000
-    res = sbj.generate(small, [prompt] * draws, drafter=drafter, temperature=1.0, max_new_tokens=3,
-                       batch_size=1000, seed=11)
-    counts = np.zeros((8, 8))
-    for r in res:
-        counts[r.token_ids[1], r.token_ids[2]] += 1
+    counts, _ = sampled_pair_counts(small, drafter, 8, prompt, draws)
     assert _chi_square_pvalue(counts, _exact_pair_distribution(small, prompt, 1.0)) > 1e-3
     assert _chi_square_pvalue(counts, _exact_pair_distribution(small, prompt, 1.25)) < 1e-6
     outside = [2, 5, 7]

@@ -16,7 +16,7 @@ from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer
 from specblock_jax.drafters.specblock_train import (SpecBlockTask, draft_loss, later_block_mask,
                                                     rank_loss, run_blocks)
 from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class
-from test_speculative import _chi_square_pvalue, _exact_pair_distribution
+from test_speculative import _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
 from conftest import peaked_tiny_target, train_on_fixed_batch
 
 V = 32
@@ -226,11 +226,7 @@ def test_sampling_with_specblock_matches_the_target_distribution():
     sb_task = SpecBlockTask({"num_nodes": 33, "max_blocks": 1, "rank_tree": False, "fixed_branch": 7}, small)
     drafter = sb_task.decoding_drafter(sb_task.init_params(jax.random.key(4)))
     prompt, draws = [1, 2, 3], 6000
-    res = sbj.generate(small, [prompt] * draws, drafter=drafter, temperature=1.0, max_new_tokens=3,
-                       batch_size=1000, seed=11)
-    counts = np.zeros((8, 8))
-    for r in res:
-        counts[r.token_ids[1], r.token_ids[2]] += 1
+    counts, res = sampled_pair_counts(small, drafter, 8, prompt, draws)
     exact = _exact_pair_distribution(small, prompt, 1.0)
     assert _chi_square_pvalue(counts, exact) > 1e-3
     assert _chi_square_pvalue(counts, _exact_pair_distribution(small, prompt, 1.25)) < 1e-6

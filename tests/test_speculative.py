@@ -102,6 +102,17 @@ def _exact_pair_distribution(target, prompt, temperature, top_k=0, top_p=1.0):
     return joint  # [t2, t3]
 
 
+def sampled_pair_counts(target, drafter, vocab, prompt, draws=6000, temperature=1.0, top_k=0, top_p=1.0):
+    """(counts [V, V] of (t2, t3) over `draws` sampled 3-token continuations of `prompt`, the
+    results): tokens 2-3 come from the first speculative step (drafts and bonus)."""
+    res = sbj.generate(target, [prompt] * draws, drafter=drafter, temperature=temperature, top_k=top_k,
+                       top_p=top_p, max_new_tokens=3, batch_size=1000, seed=11)
+    counts = np.zeros((vocab, vocab))
+    for r in res:
+        counts[r.token_ids[1], r.token_ids[2]] += 1
+    return counts, res
+
+
 def _chi_square_pvalue(counts, expected_probs):
     total = counts.sum()
     exp = expected_probs.ravel() * total
@@ -122,11 +133,7 @@ def test_sampling_matches_the_target_distribution(small_vocab_target, stochastic
     prompt, draws = [1, 2, 3], 6000
     drafter = (RandomTreeDrafter(8, V, stochastic=stochastic, max_children=4),
                skewed_draft_params(V))
-    res = sbj.generate(target, [prompt] * draws, drafter=drafter, temperature=temp, top_k=top_k,
-                       top_p=top_p, max_new_tokens=3, batch_size=1000, seed=11)
-    counts = np.zeros((V, V))
-    for r in res:
-        counts[r.token_ids[1], r.token_ids[2]] += 1
+    counts, res = sampled_pair_counts(target, drafter, V, prompt, draws, temp, top_k, top_p)
     exact = _exact_pair_distribution(target, prompt, temp, top_k, top_p)
     # H0 (lossless) holds, so a p-value below 1e-3 would happen 1 time in 1000: a real failure
     assert _chi_square_pvalue(counts, exact) > 1e-3
