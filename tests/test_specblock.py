@@ -184,7 +184,7 @@ def test_training_blocks_match_decoding_blocks(target, task, monkeypatch):
                                np.asarray(jax.nn.log_softmax(model.logits(train1[0, p - 1]), -1)), atol=2e-5)
     captured = {}
 
-    def fake_tree(settings, root_, logp, cls, expand, carry):
+    def fake_tree(settings, root_, logp, cls, expand, carry, token_map=None):
         carry, lp, _ = expand(carry, jnp.zeros((1, 1), jnp.int32), jnp.full((1, 1), j, jnp.int32),
                               jnp.full((1, 1), leaf, jnp.int32), 2)
         captured["logp"] = lp

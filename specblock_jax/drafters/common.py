@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.io import check_target, load_weights, save_drafter
 from specblock_jax.models.config import ModelConfig, RopeConfig
 from specblock_jax.models.target import Target
@@ -38,6 +39,11 @@ class TargetWidths:
     rms_norm_eps: float = 1e-6
     rope: RopeConfig = RopeConfig()
     dtype: str = "float32"
+    draft_vocab_size: int = 0  # the LM head's ids: a reduced draft vocabulary, 0 = the target's all
+
+    @property
+    def head_size(self) -> int:
+        return self.draft_vocab_size or self.vocab_size
 
     @classmethod
     def for_target(cls, cfg: ModelConfig, feature_layers: tuple[int, ...] | None = None, **kw):
@@ -80,12 +86,23 @@ def config_from_meta(config_cls: type, meta: dict, dtype: str):
 
 
 def load_model(path: Path, meta: dict, target: Target, dtype: str, config_cls: type, model_cls: type):
-    """(config, graphdef, params) of a drafter folder whose model conditions on `target`
-    (vocabulary, width and feature layers checked against it)."""
+    """(config, graphdef, decoding params) of a drafter folder whose model conditions on `target`
+    (vocabulary, width and feature layers checked against it). The params are {"draft": its
+    weights, "embed": the target's embedding}, plus {"d2t", "t2d"} of a reduced draft vocabulary
+    (checked against the head and the target's vocabulary)."""
     config = config_from_meta(config_cls, meta, dtype)
     check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
     graphdef, template = abstract_model(model_cls, config)
-    return config, graphdef, load_weights(path, template, config.dtype)
+    params = {"draft": load_weights(path, template, config.dtype), "embed": target.params["embed_tokens"]}
+    if config.draft_vocab_size:
+        vocab = draft_vocab.load(path, config.vocab_size, config.draft_vocab_size)
+        params.update(d2t=jnp.asarray(vocab.d2t), t2d=jnp.asarray(vocab.t2d))
+    return config, graphdef, params
+
+
+def vocab_arrays(params: dict) -> tuple[jax.Array, jax.Array] | None:
+    """(d2t, t2d) of decoding params with a reduced draft vocabulary, else None."""
+    return (params["d2t"], params["t2d"]) if "d2t" in params else None
 
 
 class FeatureDrafterTask:
@@ -99,12 +116,29 @@ class FeatureDrafterTask:
     init_head_from_target = True  # start the drafter's lm_head from the target's
 
     def setup(self, settings: Any, target: Target, config: Any, model_cls: type) -> None:
+        """Also loads the reduced draft vocabulary of settings with `draft_vocab_size` > 0 from the
+        map at `settings.draft_vocab` (drafters/draft_vocab.py)."""
         self.settings, self.target, self.config, self.model_cls = settings, target, config, model_cls
         self.graphdef, _ = abstract_model(model_cls, config)
+        self.vocab = None
+        size = getattr(settings, "draft_vocab_size", 0)
+        if size:
+            if not settings.draft_vocab:
+                raise ValueError("draft_vocab_size is set but no draft_vocab map was given "
+                                 "(specblock-train counts one from the training data)")
+            self.vocab = draft_vocab.load(settings.draft_vocab, target.config.vocab_size, size)
 
     def initial_head(self) -> jax.Array | None:
-        """The drafter's initial lm_head (the target's), or None for a random one."""
-        return target_head(self.target) if self.init_head_from_target else None
+        """The drafter's initial lm_head: the target's (its draft-vocabulary columns), or None for
+        a random one."""
+        if not self.init_head_from_target:
+            return None
+        head = target_head(self.target)
+        return head if self.vocab is None else head[:, self.vocab.d2t]
+
+    def vocab_arrays(self) -> tuple[jax.Array, jax.Array] | None:
+        """(d2t, t2d) of the reduced draft vocabulary, or None."""
+        return None if self.vocab is None else (jnp.asarray(self.vocab.d2t), jnp.asarray(self.vocab.t2d))
 
     def init_params(self, key):
         seed = int(jax.random.randint(key, (), 0, 2**31 - 1))
@@ -117,11 +151,15 @@ class FeatureDrafterTask:
         return {}
 
     def decoding_drafter(self, params):
-        return self.drafter(), {"draft": params, "embed": self.target.params["embed_tokens"],
-                                **self.extra_decoding_params()}
+        bundle = {"draft": params, "embed": self.target.params["embed_tokens"], **self.extra_decoding_params()}
+        if self.vocab is not None:
+            bundle.update(zip(("d2t", "t2d"), self.vocab_arrays()))
+        return self.drafter(), bundle
 
     def export(self, params, out_dir: str) -> None:
         save_drafter(self.drafter(), params, out_dir)
+        if self.vocab is not None:
+            draft_vocab.save(out_dir, self.vocab)
 
 
 def settings_fields(settings: Any, names: tuple[str, ...]) -> dict:

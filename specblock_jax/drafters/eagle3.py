@@ -23,23 +23,15 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.common import TargetWidths, load_model
 from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, attend, rope_cos_sin, write_kv
 from specblock_jax.trees.topk_tree import build_topk_tree
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True)
 class Eagle3Config(TargetWidths):
     """The drafter's layer has the target's widths (`Eagle3Config.for_target(cfg)`); its LM head
-    covers the target vocabulary, or a reduced draft vocabulary of `draft_vocab_size` ids
-    (drafters/draft_vocab.py)."""
-
-    draft_vocab_size: int = 0  # 0 = the target's whole vocabulary
-
-    @property
-    def head_size(self) -> int:
-        return self.draft_vocab_size or self.vocab_size
+    covers the target vocabulary or a reduced draft vocabulary (drafters/draft_vocab.py)."""
 
 
 class Eagle3Layer(nnx.Module):
@@ -202,9 +194,4 @@ class Eagle3Drafter:
 def load_eagle3(path, meta, target, dtype, decoding):
     """The `load` of the "eagle3" kind (drafters/registry.py)."""
     config, graphdef, params = load_model(path, meta, target, dtype, Eagle3Config, Eagle3Model)
-    drafter = Eagle3Drafter(config, graphdef, **{**meta["decoding"], **decoding})
-    bundle = {"draft": params, "embed": target.params["embed_tokens"]}
-    if config.draft_vocab_size:
-        vocab = draft_vocab.load(path, config.vocab_size, config.draft_vocab_size)
-        bundle.update(d2t=jnp.asarray(vocab.d2t), t2d=jnp.asarray(vocab.t2d))
-    return drafter, bundle
+    return Eagle3Drafter(config, graphdef, **{**meta["decoding"], **decoding}), params

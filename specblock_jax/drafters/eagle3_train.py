@@ -21,7 +21,7 @@ from flax import nnx
 
 from specblock_jax.adaptation.objective import chain_tau, label_logits
 from specblock_jax.drafters import draft_vocab
-from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, target_head
+from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, vocab_arrays
 from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Model, load_eagle3
 from specblock_jax.drafters.registry import DrafterKind, register
 from specblock_jax.models.layers import attend, rope_cos_sin
@@ -100,24 +100,6 @@ class Eagle3Task(FeatureDrafterTask):
         s = parse_settings(Eagle3TrainConfig, settings, "eagle3: ")
         config = Eagle3Config.for_target(target.config, s.feature_layers, draft_vocab_size=s.draft_vocab_size)
         self.setup(s, target, config, Eagle3Model)
-        self.vocab = None
-        if s.draft_vocab_size:
-            if not s.draft_vocab:
-                raise ValueError("eagle3: draft_vocab_size is set but no draft_vocab map was given "
-                                 "(specblock-train counts one from the training data)")
-            self.vocab = draft_vocab.load(s.draft_vocab, target.config.vocab_size, s.draft_vocab_size)
-
-    def initial_head(self):
-        head = target_head(self.target)
-        return head if self.vocab is None else head[:, self.vocab.d2t]
-
-    def extra_decoding_params(self) -> dict:
-        if self.vocab is None:
-            return {}
-        return {"d2t": jnp.asarray(self.vocab.d2t), "t2d": jnp.asarray(self.vocab.t2d)}
-
-    def _vocab(self):
-        return None if self.vocab is None else (jnp.asarray(self.vocab.d2t), jnp.asarray(self.vocab.t2d))
 
     def loss_fn(self, params, frozen, batch, key):
         hidden, logits = frozen_target_outputs(self.target, frozen, batch, self.config.feature_layers)
@@ -125,16 +107,11 @@ class Eagle3Task(FeatureDrafterTask):
         embed = jax.lax.stop_gradient(frozen["embed_tokens"])
         return ttt_loss(model, embed, hidden, logits, batch["tokens"], batch["loss_mask"],
                         batch["attention_mask"], self.settings.ttt_steps, self.settings.ttt_decay,
-                        self._vocab())
+                        self.vocab_arrays())
 
     def drafter(self) -> Eagle3Drafter:
         return Eagle3Drafter(self.config, self.graphdef,
                              **settings_fields(self.settings, ("num_nodes", "top_k", "depth")))
-
-    def export(self, params, out_dir: str) -> None:
-        super().export(params, out_dir)
-        if self.vocab is not None:
-            draft_vocab.save(out_dir, self.vocab)
 
 
 def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, depth: int = 0):
@@ -144,9 +121,8 @@ def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, dep
     steps = depth or 4
     model = nnx.merge(drafter.graphdef, params["draft"])
     logits = label_logits(tokens, drafter.config.vocab_size)
-    vocab = (params["d2t"], params["t2d"]) if "d2t" in params else None
     loss, metrics = ttt_loss(model, params["embed"], hidden, logits, tokens, loss_mask, valid, steps,
-                             vocab=vocab)
+                             vocab=vocab_arrays(params))
     return loss, chain_tau(jnp.stack([metrics[f"acc_{j}"] for j in range(steps)]))
 
 

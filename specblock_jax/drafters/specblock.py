@@ -99,7 +99,7 @@ class SpecBlockModel(nnx.Module):
             eye = jnp.concatenate([jnp.eye(h), jnp.zeros((h, h))], axis=0)
             self.shift = nnx.Param(jnp.broadcast_to(eye, (c.num_layers - 1, 2 * h, h)).astype(dt))
         self.norm = RMSNorm(h, c.rms_norm_eps, dt)
-        self.lm_head = normal_param(rngs, (h, c.vocab_size), dt)
+        self.lm_head = normal_param(rngs, (h, c.head_size), dt)
         self.rank_in = normal_param(rngs, (h + RANK_FEATURES, c.rank_hidden), dt)
         self.rank_in_bias = nnx.Param(jnp.zeros((c.rank_hidden,), dt))
         self.rank_out = normal_param(rngs, (c.rank_hidden, RANK_CLASSES), dt)
@@ -174,7 +174,8 @@ class SpecBlockDecoding:
 
 @dataclasses.dataclass(frozen=True)
 class SpecBlockDrafter(SpecBlockDecoding):
-    """Decoding-side SpecBlock. params = {"draft": trainable params, "embed": [V, H]}."""
+    """Decoding-side SpecBlock. params = {"draft": trainable params, "embed": [V, H]}, plus
+    {"d2t": [K], "t2d": [V]} with a reduced draft vocabulary (drafters/draft_vocab.py)."""
 
     kind: ClassVar[str] = "specblock"
     config: SpecBlockConfig
@@ -271,7 +272,8 @@ class SpecBlockDrafter(SpecBlockDecoding):
         vis0 = jnp.zeros((b, 1, size), bool)
         carry = (state.cache, state.hidden[:, None], jnp.zeros((b, 1), jnp.int32),
                  jnp.zeros((b, 1), jnp.int32), vis0)
-        tree, carry = build_rank_tree(self.tree, ctx.root, state.logp, state.cls, expand, carry)
+        tree, carry = build_rank_tree(self.tree, ctx.root, state.logp, state.cls, expand, carry,
+                                      token_map=params.get("d2t"))
         return tree, state._replace(cache=carry[0])
 
     def update(self, params, state, ctx: DraftContext, result, hidden):
@@ -297,5 +299,4 @@ def load_specblock(path, meta, target, dtype, decoding):
     config, graphdef, params = load_model(path, meta, target, dtype, SpecBlockConfig, SpecBlockModel)
     settings = {**meta["decoding"], **decoding}
     settings["branch"] = tuple(settings.get("branch", SpecBlockDrafter.branch))
-    drafter = SpecBlockDrafter(config, graphdef, **settings)
-    return drafter, {"draft": params, "embed": target.params["embed_tokens"]}
+    return SpecBlockDrafter(config, graphdef, **settings), params

@@ -29,7 +29,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.adaptation.objective import chain_tau, label_logits
-from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields
+from specblock_jax.drafters import draft_vocab
+from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, vocab_arrays
 from specblock_jax.drafters.registry import DrafterKind, register
 from specblock_jax.drafters.specblock import (RANK_CLASSES, SpecBlockConfig, SpecBlockDecoding,
                                               SpecBlockDrafter, SpecBlockModel, block_mask, load_specblock)
@@ -139,13 +140,19 @@ def run_blocks(model, embed, cond, tokens, valid, ms: list) -> list[jax.Array]:
 
 def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, valid, key, *,
                    num_blocks: int = 3, decay: float = 0.8, valid_prefix: bool = True,
-                   rank_weight: float = 1.0, loss_fraction: float = 1.0):
-    """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T].
+                   rank_weight: float = 1.0, loss_fraction: float = 1.0,
+                   vocab: tuple[jax.Array, jax.Array] | None = None):
+    """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T];
+    vocab: (d2t, t2d) of a reduced draft vocabulary (the target distribution restricted to it,
+    positions whose target argmax is outside it unscored, as in EAGLE-3; drafters/draft_vocab.py).
     Every block runs over all T positions (they are each other's keys); its loss is taken at all
     of them or, to bound the cost of the vocabulary-wide soft CE, at a random `loss_fraction` of
     them per block and step (an unbiased sample of the same loss). Returns (loss, metrics)."""
     b, t = tokens.shape
     k = model.c.block_size
+    if vocab is not None:
+        target_logits, inside_vocab = draft_vocab.restrict(target_logits, *vocab)
+        loss_mask = loss_mask * inside_vocab.astype(loss_mask.dtype)
     p_target = jax.nn.softmax(target_logits.astype(jnp.float32), axis=-1)
     want = jnp.argmax(target_logits, axis=-1)
     data = (loss_mask * valid).astype(jnp.float32)
@@ -185,6 +192,8 @@ class SpecBlockTrainConfig(SpecBlockDecoding):
     shape, its training, and the decoding settings it is exported with."""
 
     feature_layers: tuple[int, ...] | None = None  # HF hidden_states indices; None = the default rule
+    draft_vocab_size: int = 0  # reduced draft vocabulary (d2t/t2d); 0 = the target's whole vocabulary
+    draft_vocab: str = ""  # its map (a draft_vocab.safetensors); "" = counted from the training data
     drafter_layers: int = 2  # decoder layers
     block_size: int = 4  # K slots per block
     layer_shift: bool = True  # false = ablation
@@ -206,7 +215,7 @@ class SpecBlockTask(FeatureDrafterTask):
         s = parse_settings(SpecBlockTrainConfig, settings, "specblock: ")
         config = SpecBlockConfig.for_target(target.config, s.feature_layers, num_layers=s.drafter_layers,
                                             block_size=s.block_size, layer_shift=s.layer_shift,
-                                            rank_hidden=s.rank_hidden)
+                                            rank_hidden=s.rank_hidden, draft_vocab_size=s.draft_vocab_size)
         self.setup(s, target, config, SpecBlockModel)
 
     def loss_fn(self, params, frozen, batch, key):
@@ -217,7 +226,7 @@ class SpecBlockTask(FeatureDrafterTask):
         return specblock_loss(model, embed, hidden, logits, batch["tokens"], batch["loss_mask"],
                               batch["attention_mask"], key, num_blocks=s.num_blocks, decay=s.slot_decay,
                               valid_prefix=s.valid_prefix, rank_weight=s.rank_weight,
-                              loss_fraction=s.loss_fraction)
+                              loss_fraction=s.loss_fraction, vocab=self.vocab_arrays())
 
     def drafter(self) -> SpecBlockDrafter:
         return SpecBlockDrafter(self.config, self.graphdef, **settings_fields(self.settings, self.DECODING))
@@ -231,7 +240,7 @@ def specblock_objective(drafter, params, hidden, tokens, loss_mask, valid, key, 
     logits = label_logits(tokens, drafter.config.vocab_size)
     blocks = depth or max(drafter.max_blocks, 1)
     loss, metrics = specblock_loss(model, params["embed"], hidden, logits, tokens, loss_mask, valid,
-                                   key, num_blocks=blocks)
+                                   key, num_blocks=blocks, vocab=vocab_arrays(params))
     acc = [metrics[f"b{b + 1}_acc_{j}"] for b in range(blocks) for j in range(drafter.config.block_size)]
     return loss, chain_tau(jnp.stack(acc))
 

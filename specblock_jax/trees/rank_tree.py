@@ -68,12 +68,16 @@ class Level:
         self.cont_slot = cont_slot  # [B, P] slot the next block continues from (-1 = none)
 
 
-def _level(s: RankTreeSettings, logp, cls, parent, parent_score, alive, offset: int, first: bool):
-    """logp [B, P, K, V] fp32, cls [B, P, K]; parent [B, P] candidate index (-1 = root),
-    parent_score [B, P], alive [B, P] bool; offset: index of this level's first candidate."""
+def _level(s: RankTreeSettings, logp, cls, parent, parent_score, alive, offset: int, first: bool,
+           token_map=None):
+    """logp [B, P, K, V'] fp32, cls [B, P, K]; parent [B, P] candidate index (-1 = root),
+    parent_score [B, P], alive [B, P] bool; offset: index of this level's first candidate;
+    token_map [V'] maps draft ids to target ids (a reduced draft vocabulary's d2t)."""
     b, p, k, v = logp.shape
     w = min(s.width, v - 1)
     lp, tok = jax.lax.optimization_barrier(jax.lax.top_k(logp, 1 + w))  # [B, P, K, 1 + W]
+    if token_map is not None:
+        tok = jnp.take(token_map, tok)
     slot = jnp.arange(k)
     if s.rank_tree:
         giveup = cls == GIVE_UP
@@ -149,18 +153,21 @@ def _merge_twins(tokens, parents, scores, passes: int):
 
 
 def build_rank_tree(s: RankTreeSettings, root: jax.Array, logp: jax.Array, cls: jax.Array,
-                    expand: Expand, carry: Any) -> tuple[DraftTree, Any]:
-    """root [B]; logp [B, K, V] and cls [B, K] of the first block (drafted from the root)."""
+                    expand: Expand, carry: Any, token_map: jax.Array | None = None
+                    ) -> tuple[DraftTree, Any]:
+    """root [B]; logp [B, K, V'] and cls [B, K] of the first block (drafted from the root);
+    token_map [V'] (a reduced draft vocabulary's d2t) maps draft ids to target ids: the tree and
+    `expand` see target ids only."""
     b = root.shape[0]
     zero = jnp.zeros((b, 1))
     levels = [_level(s, logp[:, None], cls[:, None], jnp.full((b, 1), -1, jnp.int32), zero,
-                     jnp.ones((b, 1), bool), 0, True)]
+                     jnp.ones((b, 1), bool), 0, True, token_map)]
     offset = _flat(levels[0].tokens).shape[1]
     start = 0
     for d in range(2, s.max_blocks + 1):
         index, blk, slot, token, score, alive = _leaves(s, levels[-1], start)
         carry, lp, c = expand(carry, blk, slot, token, d)
-        levels.append(_level(s, lp, c, index, score, alive, offset, False))
+        levels.append(_level(s, lp, c, index, score, alive, offset, False, token_map))
         start = offset
         offset += _flat(levels[-1].tokens).shape[1]
     tokens = jnp.concatenate([_flat(lv.tokens) for lv in levels], axis=1)
