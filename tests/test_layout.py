@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import specblock_jax as sbj
 
@@ -143,3 +144,20 @@ def test_a_new_drafter_kind_is_one_module_and_one_register_call(tmp_path, monkey
 
         sys.modules.pop("toy_bigram_kind", None)
         registry._KINDS.pop("toy_bigram", None)
+
+
+def test_a_drafter_that_breaks_the_tree_contract_gets_a_clear_error():
+    import dataclasses
+
+    from conftest import peaked_tiny_target
+    from spec_drafters import RandomTreeDrafter
+
+    @dataclasses.dataclass(frozen=True)
+    class ShortTree(RandomTreeDrafter):
+        def propose(self, params, state, ctx, key):
+            tree, state = super().propose(params, state, ctx, key)
+            return tree._replace(valid=tree.valid[:, :-1]), state
+
+    target = peaked_tiny_target(24)
+    with pytest.raises(ValueError, match=r"ShortTree.propose: DraftTree.valid has shape \(2, 5\), expected \(2, 6\)"):
+        sbj.generate(target, [[1, 2], [3]], drafter=(ShortTree(6, 24), ()), max_new_tokens=4, batch_size=2)

@@ -26,7 +26,7 @@ from specblock_jax.decoding.sampling import sampling_logprobs
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
-from specblock_jax.trees.tree import ancestor_mask, depths
+from specblock_jax.trees.tree import ancestor_mask, check_tree, depths
 from specblock_jax.trees.verify import verify_greedy, verify_sampling
 
 
@@ -88,6 +88,7 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, param
         ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
         key = step_keys(keys, s.step)
         tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
+        check_tree(tree, b, n, cfg.vocab_size, f"{type(drafter).__name__}.propose")
         tree = tree._replace(tokens=tree.tokens.at[:, 0].set(s.root))
         anc = ancestor_mask(tree.parents)
         positions = s.cache.lengths[:, None] + depths(anc)

@@ -35,6 +35,19 @@ class DraftTree(NamedTuple):
     draft_probs: jax.Array | None = None
 
 
+def check_tree(tree: DraftTree, batch: int, num_nodes: int, vocab_size: int, where: str) -> None:
+    """ValueError naming `where` unless the tree's static shapes are tokens/parents/valid [B, N]
+    (and draft_probs [B, N, V]): free at trace time, so a drafter's contract is checked in place."""
+    want = {"tokens": (batch, num_nodes), "parents": (batch, num_nodes), "valid": (batch, num_nodes)}
+    if tree.draft_probs is not None:
+        want["draft_probs"] = (batch, num_nodes, vocab_size)
+    for name, shape in want.items():
+        got = tuple(getattr(tree, name).shape)
+        if got != shape:
+            raise ValueError(f"{where}: DraftTree.{name} has shape {got}, expected {shape} "
+                             f"(batch {batch}, num_nodes {num_nodes}, vocabulary {vocab_size})")
+
+
 def chain_parents(batch: int, num_nodes: int) -> jax.Array:
     """[B, N] parents of a chain: [-1, 0, 1, ..., N - 2]."""
     return jnp.broadcast_to(jnp.arange(num_nodes, dtype=jnp.int32) - 1, (batch, num_nodes))
