@@ -94,8 +94,9 @@ def load_model(path: Path, meta: dict, target: Target, dtype: str, config_cls: t
     check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
     graphdef, template = abstract_model(model_cls, config)
     params = {"draft": load_weights(path, template, config.dtype), "embed": target.params["embed_tokens"]}
-    if config.draft_vocab_size:
-        vocab = draft_vocab.load(path, config.vocab_size, config.draft_vocab_size)
+    size = getattr(config, "draft_vocab_size", 0)  # DFlash drafts with the target's own head
+    if size:
+        vocab = draft_vocab.load(path, config.vocab_size, size)
         params.update(d2t=jnp.asarray(vocab.d2t), t2d=jnp.asarray(vocab.t2d))
     return config, graphdef, params
 

@@ -292,4 +292,4 @@ def load_dflash(path, meta, target, dtype, decoding):
         raise ValueError(f"{path}: drafter trained for a {config.target_layers}-layer target, the "
                          f"target has {target.config.num_layers}")
     drafter = DFlashDrafter(config, graphdef, **{**meta["decoding"], **decoding})
-    return drafter, {"draft": params, "embed": target.params["embed_tokens"], "head": target_head(target)}
+    return drafter, {**params, "head": target_head(target)}
