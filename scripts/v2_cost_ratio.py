@@ -67,7 +67,8 @@ def measure(layers, hidden, inter, heads, kv, batch, context, draft_vocab) -> di
     def dfwd(p, c):
         from flax import nnx
         m = nnx.merge(graphdef, p)
-        return m.step(emb, m.fuse(feat_in), pos, mask, c, starts)[1]
+        h, _ = m.step(emb, m.fuse(feat_in), pos, mask, c, starts, jnp.int32(context + 1))
+        return m.logits(h)  # one forward: the layer over the cache, then the (draft-vocabulary) head
 
     t_draft = median_time(jax.jit(dfwd), dparams, dcache)
     return {"layers": layers, "hidden": hidden, "intermediate": inter, "heads": heads, "kv_heads": kv,

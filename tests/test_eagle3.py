@@ -14,7 +14,8 @@ from flax import nnx
 import specblock_jax as sbj
 from specblock_jax.drafters.eagle3 import Eagle3Drafter
 from specblock_jax.drafters.eagle3_train import Eagle3Task, _shift
-from specblock_jax.models.layers import attend, rope_cos_sin
+from specblock_jax.models.attention import attend
+from specblock_jax.models.layers import rope_cos_sin
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from specblock_jax.drafters.base import Prefill
 from specblock_jax.trees.topk_tree import build_topk_tree
@@ -177,8 +178,13 @@ def test_calibration_times_each_setting_and_picks_the_fastest(target, task):
     from specblock_jax.decoding.calibrate import calibrate
 
     bundle = task.decoding_drafter(task.init_params(jax.random.key(6)))
-    out = calibrate(target, bundle, [[1, 2, 3], [4, 5, 6, 7]], nodes=(4, 7), depths=(2,), max_new_tokens=12)
+    out = calibrate(target, bundle, [[1, 2, 3], [4, 5, 6, 7]], {"num_nodes": (4, 7), "depth": (2,)},
+                    max_new_tokens=12, draft_timing=True)
+    assert out["kind"] == "eagle3" and out["knobs"] == ["num_nodes", "depth"]
     assert [(r["num_nodes"], r["depth"]) for r in out["table"]] == [(4, 2), (7, 2)]
     best = max(out["table"], key=lambda r: r["tokens_per_s"])
     assert out["best"] == {"num_nodes": best["num_nodes"], "depth": best["depth"]}
     assert set(out["verify_ms"]) == {1, 4, 7} and all(v > 0 for v in out["verify_ms"].values())
+    assert all(r["draft_ms_per_token"] > 0 and r["tau"] >= 1 for r in out["table"])
+    with pytest.raises(ValueError, match="knobs are"):  # a DFlash knob on an EAGLE-3 drafter
+        calibrate(target, bundle, [[1, 2, 3]], {"block_size": (4,)})

@@ -250,3 +250,45 @@ def test_save_and_load_round_trip_with_overrides(target, task, tmp_path):
     assert loaded.rank_tree is False and drafter.rank_tree is True
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded_params["draft"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_update_equals_the_training_forward_at_the_committed_positions(target, task):
+    """Two verifier updates (3 then 2 committed pairs, a chain accepted from a 12-node tree) leave
+    the hidden states, log-probs and rank classes that the training forward (`run_blocks`, block 1)
+    gives at the last committed pair of the whole sequence."""
+    from specblock_jax.trees.verify import VerifyResult
+
+    params = task.init_params(jax.random.key(7))
+    bundle = {"draft": params, "embed": target.params["embed_tokens"]}
+    drafter = SpecBlockDrafter(task.config, task.graphdef, num_nodes=12)
+    model = nnx.merge(task.graphdef, params)
+    seq = [5, 1, 7, 2, 6, 4, 0, 2, 3, 9, 8, 1, 1, 6, 2, 5, 7, 3, 0, 4, 2, 8]  # prompt 5, then committed
+    tok = jnp.asarray([seq])
+    out = sbj.models.apply(target.graphdef, target.params, tok, jnp.arange(len(seq))[None],
+                           sbj.models.causal_mask(1, len(seq)), hidden_ids=task.config.feature_layers)
+    train1 = run_blocks(model, target.params["embed_tokens"], model.features(out.hidden), tok,
+                        jnp.ones_like(tok), [])[0]  # [1, T, K, H]
+    p, n = 5, 12
+    pre = Prefill(tok[:, :p], jnp.asarray([p]), out.hidden[:, :p], out.logits[:, p - 1], tok[:, p])
+
+    def commit(state, start, accepted):
+        """The verifier accepted a chain of `accepted` drafts after the root at position start."""
+        path = jnp.asarray([list(range(accepted + 1)) + [0] * (n - accepted - 1)])
+        new = jnp.asarray([seq[start + 1:start + accepted + 2] + [-1] * (n - accepted - 1)])
+        result = VerifyResult(path, jnp.asarray([accepted]), tok[:, start + accepted + 1], new)
+        end = start + accepted + 1  # committed tokens in the target's cache afterwards
+        ctx = DraftContext(jnp.zeros((1, 48), jnp.int32), jnp.asarray([end + 1]), tok[:, end], jnp.asarray([end]))
+        return drafter.update(bundle, state, ctx, result, out.hidden[:, start:start + n])
+
+    state = jax.jit(lambda: drafter.init_state(bundle, pre, 40))()
+    for start, accepted in ((p, 2), (p + 3, 1)):
+        state = jax.jit(commit, static_argnums=(1, 2))(state, start, accepted)
+        last = start + accepted  # the last committed pair: its token is the bonus
+        assert int(state.length[0]) == last + 1
+        want = train1[0, last]  # [K, H]
+        np.testing.assert_allclose(np.asarray(state.hidden[0]), np.asarray(want), atol=2e-5)
+        logits = model.logits(want)
+        np.testing.assert_allclose(np.asarray(state.logp[0]), np.asarray(jax.nn.log_softmax(logits, -1)),
+                                   atol=2e-5)
+        np.testing.assert_array_equal(np.asarray(state.cls[0]),
+                                      np.asarray(jnp.argmax(model.rank_logits(want, logits), -1)))

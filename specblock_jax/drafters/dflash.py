@@ -41,7 +41,8 @@ from flax import nnx
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.common import load_model, target_head
 from specblock_jax.models.config import ModelConfig, RopeConfig
-from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, attend, rope_cos_sin, write_kv
+from specblock_jax.models.attention import attend, switch_on_length
+from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, rope_cos_sin, write_kv
 from specblock_jax.trees.tree import DraftTree, chain_parents
 
 DRAFT_MODES = ("auto", "greedy", "sample")
@@ -99,13 +100,22 @@ class DFlashLayer(nnx.Module):
         v = jnp.einsum("bth,hkd->btkd", x, self.v_proj[...])
         return apply_rope(k, cos, sin), v
 
-    def __call__(self, x, cos, sin, ctx_k, ctx_v, mask):
-        """x [B, T, H] block; ctx_k/ctx_v [B, S, K, D]; mask [B, T, S + T] -> [B, T, H]."""
+    def __call__(self, x, cos, sin, ctx_k, ctx_v, mask, kv_len=None):
+        """x [B, T, H] block; ctx_k/ctx_v [B, S, K, D]; mask [B, T, S + T] -> [B, T, H]. kv_len []
+        (or None): no query sees a context slot >= kv_len, so attention spans only a length bucket
+        of the context (models/attention.py)."""
         h = self.input_layernorm(x)
         q = apply_rope(self.q_norm(jnp.einsum("bth,hnd->btnd", h, self.q_proj[...])), cos, sin)
         k, v = self.kv(h, cos, sin)
-        out = attend(q, jnp.concatenate([ctx_k, k.astype(ctx_k.dtype)], 1),
-                     jnp.concatenate([ctx_v, v.astype(ctx_v.dtype)], 1), mask)
+        size = ctx_k.shape[1]
+
+        def over(n, q, ctx_k, ctx_v, k, v, mask):  # the first n context slots, then the block
+            return attend(q, jnp.concatenate([ctx_k[:, :n], k.astype(ctx_k.dtype)], 1),
+                          jnp.concatenate([ctx_v[:, :n], v.astype(ctx_v.dtype)], 1),
+                          jnp.concatenate([mask[..., :n], mask[..., size:]], -1))
+
+        operands = (q, ctx_k, ctx_v, k, v, mask)
+        out = over(size, *operands) if kv_len is None else switch_on_length(kv_len, size, over, *operands)
         x = x + jnp.einsum("btnd,ndh->bth", out, self.o_proj[...])
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -129,13 +139,14 @@ class DFlashModel(nnx.Module):
         cos, sin = rope_cos_sin(positions, self.c.rope, self.c.head_dim, ctx.dtype)
         return [layer.kv(ctx, cos, sin) for layer in self.layers]
 
-    def block(self, emb, positions, ctx_kv, mask):
+    def block(self, emb, positions, ctx_kv, mask, kv_len=None):
         """emb [B, T, H] block embeddings at positions [B, T]; ctx_kv per layer (k, v) [B, S, K, D];
-        mask [B, T, S + T]. Returns the final normed hidden [B, T, H]."""
+        mask [B, T, S + T] hiding context slots >= kv_len [] (None: no bound). Returns the final
+        normed hidden [B, T, H]."""
         cos, sin = rope_cos_sin(positions, self.c.rope, self.c.head_dim, emb.dtype)
         x = emb
         for layer, (k, v) in zip(self.layers, ctx_kv):
-            x = layer(x, cos, sin, k, v, mask)
+            x = layer(x, cos, sin, k, v, mask, kv_len)
         return self.norm(x)
 
 
@@ -236,7 +247,8 @@ class DFlashDrafter:
         tokens = jnp.full((b, n), self.config.mask_token_id, jnp.int32).at[:, 0].set(root)
         positions = state.length[:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
         emb = jnp.take(params["embed"], tokens, axis=0).astype(jnp.dtype(self.config.dtype))
-        hidden = model.block(emb, positions, state.cache, self.block_mask(state.length, state.block, size))
+        hidden = model.block(emb, positions, state.cache, self.block_mask(state.length, state.block, size),
+                             jnp.max(state.length))
         return head_logits(hidden[:, 1:], params["head"])
 
     def propose(self, params, state, ctx: DraftContext, key):

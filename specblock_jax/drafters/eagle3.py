@@ -24,7 +24,8 @@ from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.common import TargetWidths, load_model
-from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, attend, rope_cos_sin, write_kv
+from specblock_jax.models.attention import attend_prefix
+from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, rope_cos_sin, write_kv
 from specblock_jax.trees.topk_tree import build_topk_tree
 
 
@@ -79,14 +80,14 @@ class Eagle3Model(nnx.Module):
         return jnp.einsum("bth,hv->btv", self.norm(hidden), self.lm_head[...],
                           preferred_element_type=jnp.float32)
 
-    def step(self, emb, feat, positions, mask, cache, starts):
+    def step(self, emb, feat, positions, mask, cache, starts, kv_len):
         """One pass over T pairs with a KV cache (k, v) [B, S, K, D] written at starts [B];
-        mask [B, T, S]. Returns (hidden [B, T, H], logits [B, T, V], cache)."""
+        mask [B, T, S] hides every slot >= kv_len [] (attention costs what the sequence is long).
+        Returns (hidden [B, T, H], cache); `logits` of the rows that need them."""
         cos, sin = rope_cos_sin(positions, self.c.rope, self.c.head_dim, emb.dtype)
         q, k, v = self.layer.project(emb, feat, cos, sin)
         kc, vc = write_kv(cache[0], k, starts), write_kv(cache[1], v, starts)
-        hidden = self.layer.finish(feat, attend(q, kc, vc, mask))
-        return hidden, self.logits(hidden), (kc, vc)
+        return self.layer.finish(feat, attend_prefix(q, kc, vc, mask, kv_len)), (kc, vc)
 
 
 class Eagle3State(NamedTuple):
@@ -137,11 +138,10 @@ class Eagle3Drafter:
         slots = jnp.arange(size)[None, None, :]
         mask = jnp.broadcast_to(slots <= t[:, :, None], (b, p, size))
         zero = jnp.zeros((b,), jnp.int32)
-        hidden, logits, cache = model.step(emb, model.fuse(prefill.hidden), jnp.broadcast_to(t, (b, p)),
-                                           mask, cache, zero)
-        last = (prefill.lengths - 1)[:, None]
-        return Eagle3State(cache, prefill.lengths, jnp.take_along_axis(hidden, last[:, :, None], axis=1)[:, 0],
-                           jnp.take_along_axis(logits, last[:, :, None], axis=1)[:, 0])
+        hidden, cache = model.step(emb, model.fuse(prefill.hidden), jnp.broadcast_to(t, (b, p)), mask, cache,
+                                   zero, jnp.int32(p))
+        last = jnp.take_along_axis(hidden, (prefill.lengths - 1)[:, None, None], axis=1)[:, 0]
+        return Eagle3State(cache, prefill.lengths, last, model.logits(last[:, None])[:, 0])
 
     def propose(self, params, state, ctx: DraftContext, key):
         model = self._model(params)
@@ -159,10 +159,10 @@ class Eagle3Drafter:
             mask = (slots < length[:, None, None]) | (in_tree & seen)
             positions = jnp.broadcast_to(length[:, None] + d - 1, tokens.shape)
             emb = jnp.take(params["embed"], tokens, axis=0)
-            h, logits, cache = model.step(emb, par_hidden.astype(emb.dtype), positions, mask, cache,
-                                          length + node[:, 0])
+            h, cache = model.step(emb, par_hidden.astype(emb.dtype), positions, mask, cache,
+                                  length + node[:, 0], jnp.max(length) + anc.shape[-1])
             hid = hid.at[jnp.arange(tokens.shape[0])[:, None], node].set(h)
-            return (cache, hid), jax.nn.log_softmax(logits, axis=-1)
+            return (cache, hid), jax.nn.log_softmax(model.logits(h), axis=-1)
 
         b = length.shape[0]
         hid0 = jnp.zeros((b, self.top_k * self.depth, self.config.hidden_size), state.hidden.dtype)
@@ -172,23 +172,23 @@ class Eagle3Drafter:
         return tree, state._replace(cache=cache)
 
     def update(self, params, state, ctx: DraftContext, result, hidden):
-        """Appends the pairs (target feature of each accepted path node, the token after it)."""
+        """Appends the pairs (target feature of each accepted path node, the token after it). Only
+        the depth + 1 path rows that can be committed run, and logits only for the last one."""
         model = self._model(params)
-        b, n = result.path.shape
+        rows = min(result.path.shape[1], self.depth + 1)  # accepted drafts <= depth, + the bonus
         length = state.length
         count = ctx.cache_len - length  # pairs committed this step (0 for finished rows)
-        feats = model.fuse(jnp.take_along_axis(hidden, result.path[:, :, None, None], axis=1))
-        emb = jnp.take(params["embed"], jnp.maximum(result.new_tokens, 0), axis=0)
+        path = result.path[:, :rows]
+        feats = model.fuse(jnp.take_along_axis(hidden, path[:, :, None, None], axis=1))
+        emb = jnp.take(params["embed"], jnp.maximum(result.new_tokens[:, :rows], 0), axis=0)
         size = state.cache[0].shape[1]
-        t = jnp.arange(n)[None, :]
-        slots = jnp.arange(size)[None, None, :]
-        mask = slots <= (length[:, None] + t)[:, :, None]
-        h, logits, cache = model.step(emb, feats, length[:, None] + t, mask, state.cache, length)
-        last = jnp.maximum(count - 1, 0)[:, None, None]
+        pos = length[:, None] + jnp.arange(rows)[None, :]
+        mask = jnp.arange(size)[None, None, :] <= pos[:, :, None]
+        h, cache = model.step(emb, feats, pos, mask, state.cache, length, jnp.max(length) + rows)
+        last = jnp.take_along_axis(h, jnp.maximum(count - 1, 0)[:, None, None], axis=1)  # [B, 1, H]
         moved = (count > 0)[:, None]
-        return Eagle3State(cache, length + count,
-                           jnp.where(moved, jnp.take_along_axis(h, last, axis=1)[:, 0], state.hidden),
-                           jnp.where(moved, jnp.take_along_axis(logits, last, axis=1)[:, 0], state.logits))
+        return Eagle3State(cache, length + count, jnp.where(moved, last[:, 0], state.hidden),
+                           jnp.where(moved, model.logits(last)[:, 0], state.logits))
 
 
 def load_eagle3(path, meta, target, dtype, decoding):

@@ -24,7 +24,8 @@ from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, vocab_arrays
 from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Model, load_eagle3
 from specblock_jax.drafters.registry import DrafterKind, register
-from specblock_jax.models.layers import attend, rope_cos_sin
+from specblock_jax.models.attention import attend
+from specblock_jax.models.layers import rope_cos_sin
 from specblock_jax.models.target import Target
 from specblock_jax.training.task import frozen_target_outputs, parse_settings
 

@@ -110,10 +110,11 @@ class SpecBlockModel(nnx.Module):
         b, t = target_hidden.shape[:2]
         return target_hidden.reshape(b, t, -1) @ self.fc[...]
 
-    def block(self, cond, emb, positions, mask, caches, starts):
+    def block(self, cond, emb, positions, mask, caches, starts, kv_len=None):
         """One block per group g: cond/emb [B, G, H], positions [B, G] (slot k at positions + 1 + k),
         mask [B, G*K, S] over the caches ((k, v) per layer, each [B, S, kv, D]) into which the
-        G*K new entries are written at starts [B]. Returns (hidden [B, G, K, H], caches)."""
+        G*K new entries are written at starts [B]; the mask hides every entry >= kv_len [] (None:
+        attention spans all S). Returns (hidden [B, G, K, H], caches)."""
         c = self.c
         b, g, h = cond.shape
         k = c.block_size
@@ -127,7 +128,7 @@ class SpecBlockModel(nnx.Module):
         for layer_index, layer in enumerate(self.layers):
             if layer_index and c.layer_shift:
                 x = layer_shift(x, self.shift[layer_index - 1])
-            y, cache = layer(x.reshape(b, g * k, h), cos, sin, mask, caches[layer_index], starts)
+            y, cache = layer(x.reshape(b, g * k, h), cos, sin, mask, caches[layer_index], starts, kv_len)
             x = y.reshape(b, g, k, h)
             out.append(cache)
         return x, tuple(out)
@@ -213,7 +214,8 @@ class SpecBlockDrafter(SpecBlockDecoding):
         pos = length[:, None] + jnp.arange(t)[None]
         query = (pos[:, :, None] * k + jnp.arange(k)).reshape(b, t * k)
         mask = jnp.arange(size)[None, None, :] <= query[:, :, None]
-        return model.block(cond.astype(emb.dtype), emb, pos, mask, caches, length * k)
+        return model.block(cond.astype(emb.dtype), emb, pos, mask, caches, length * k,
+                           (jnp.max(length) + t) * k)
 
     def init_state(self, params, prefill: Prefill, max_len: int):
         model = self._model(params)
@@ -239,7 +241,7 @@ class SpecBlockDrafter(SpecBlockDecoding):
         length = state.length
         b = length.shape[0]
         size = state.cache[0][0].shape[1]
-        base = size - (self.max_blocks - 1) * self.beam * k  # first scratch entry
+        base = length * k  # [B] first scratch entry: right after the committed pairs' entries
         e = jnp.arange(size)
 
         def expand(carry, blk, slot, token, level):
@@ -251,21 +253,21 @@ class SpecBlockDrafter(SpecBlockDecoding):
                 leaf_thr = (length - 1)[:, None] * k + slot + 1
                 leaf_vis = jnp.zeros((b, blk.shape[1], size), bool)
             else:  # leaves of a scratch block: what it saw, plus its slots up to the leaf's
-                blk_start = base + (level - 3) * self.beam * k + blk * k  # [B, P]
+                blk_start = base[:, None] + (level - 3) * self.beam * k + blk * k  # [B, P]
                 leaf_thr = take(thr)
                 leaf_vis = take(vis) | ((e >= blk_start[..., None]) & (e <= (blk_start + slot)[..., None]))
             p = blk.shape[1]
-            start = base + (level - 2) * self.beam * k  # this level's P*K scratch entries
-            query = start + jnp.arange(p * k)
+            start = base + (level - 2) * self.beam * k  # [B] this level's P*K scratch entries
+            query = start[:, None] + jnp.arange(p * k)  # [B, P*K]
             q_blk = jnp.repeat(jnp.arange(p), k)
-            same_blk = (e[None, :] >= start + q_blk[:, None] * k) & (e[None, :] <= query[:, None])
+            same_blk = ((e >= (start[:, None] + q_blk * k)[:, :, None]) & (e <= query[:, :, None]))
             mask = ((e[None, None, None, :] < leaf_thr[:, :, None, None])
                     | leaf_vis[:, :, None, :]).reshape(b, p, 1, size)
-            mask = jnp.broadcast_to(mask, (b, p, k, size)).reshape(b, p * k, size) | same_blk[None]
+            mask = jnp.broadcast_to(mask, (b, p, k, size)).reshape(b, p * k, size) | same_blk
             emb = jnp.take(params["embed"], token, axis=0)
             pos = length[:, None] + leaf_depth - 1
-            h, caches = model.block(cond.astype(emb.dtype), emb, pos, mask, caches,
-                                    jnp.full((b,), start, jnp.int32))
+            h, caches = model.block(cond.astype(emb.dtype), emb, pos, mask, caches, start,
+                                    jnp.max(start) + p * k)
             logp, cls = self._heads(model, h)
             return (caches, h, leaf_depth, leaf_thr, leaf_vis), logp, cls
 
@@ -278,14 +280,17 @@ class SpecBlockDrafter(SpecBlockDecoding):
 
     def update(self, params, state, ctx: DraftContext, result, hidden):
         """Appends the pairs (target feature of each accepted path node, the token after it); the
-        last pair's slots are the first block of the next tree."""
+        last pair's slots are the first block of the next tree. Only the max_blocks * K + 1 path
+        rows that can be committed run."""
         model = self._model(params)
+        rows = min(result.path.shape[1], self.max_blocks * self.config.block_size + 1)
         length = state.length
         count = ctx.cache_len - length  # pairs committed this step (0 for finished rows)
-        feats = model.features(jnp.take_along_axis(hidden, result.path[:, :, None, None], axis=1))
+        path = result.path[:, :rows]
+        feats = model.features(jnp.take_along_axis(hidden, path[:, :, None, None], axis=1))
         size = state.cache[0][0].shape[1]
         h, caches = self._committed(model, params, state.cache, feats,
-                                    jnp.maximum(result.new_tokens, 0), length, size)
+                                    jnp.maximum(result.new_tokens[:, :rows], 0), length, size)
         last = _take(h, jnp.maximum(count - 1, 0))
         logp, cls = self._heads(model, last)
         moved = count > 0

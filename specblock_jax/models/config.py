@@ -16,6 +16,7 @@ MODEL_TYPES = {"qwen3": "qwen3", "llama": "llama"}
 _FAMILY_TO_ARCH = {v: k for k, v in ARCHITECTURES.items()}
 
 DTYPES = ("float32", "bfloat16")
+ATTENTION = ("bucketed", "full")
 
 
 class UnsupportedModelError(ValueError):
@@ -94,12 +95,17 @@ class ModelConfig:
     bos_token_id: int | None = None  # bos_token_id
     eos_token_ids: tuple[int, ...] = ()  # eos_token_id (int or list in HF)
     pad_token_id: int | None = None  # pad_token_id
+    # engine setting, never in config.json: "bucketed" = cache attention costs what the sequence is
+    # long (models/attention.py), "full" = it always spans the static cache (the reference path)
+    attention: str = "bucketed"
 
     def __post_init__(self):
         if self.family not in _FAMILY_TO_ARCH:
             raise UnsupportedModelError(f"unknown model family {self.family!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from specblock_jax.models.attention import attend_prefix
 from specblock_jax.models.config import ModelConfig, RopeConfig
 
 _INIT_STD = 0.02  # HF initializer_range
@@ -77,23 +78,6 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 # ---------------------------------------------------------------------- attention
 
 
-def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """Masked softmax attention with grouped kv heads.
-
-    q [B, T, N, D], k/v [B, S, K, D], mask [B, T, S] (True = query may see key) -> [B, T, N, D].
-    Scores and softmax in fp32. A row with no visible key yields a uniform average, not NaN.
-    """
-    b, t, n, d = q.shape
-    kv = k.shape[2]
-    qg = q.reshape(b, t, kv, n // kv, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", qg, k, preferred_element_type=jnp.float32)
-    scores = scores / math.sqrt(d)
-    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(b, t, n, d)
-
-
 def write_kv(cache_layer: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Array:
     """Writes new [B, T, K, D] into cache_layer [B, S, K, D] at slot starts[b] of each sequence.
 
@@ -125,11 +109,12 @@ class Attention(nnx.Module):
         self.bias = cfg.attention_bias
         self.qk_norm = cfg.qk_norm
 
-    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None):
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None):
         """x [B, T, H]; mask [B, T, S] over the cache (S slots) or [B, T, T] without one.
 
         kv_cache: (k, v) each [B, S, K, D] or None; the new K/V are written at starts [B].
-        Returns (out [B, T, H], updated (k, v) or None).
+        kv_len [] int32 or None: no query sees a cache slot >= kv_len (attention then costs what
+        the sequence is long, models/attention.py). Returns (out [B, T, H], updated (k, v) or None).
         """
         q = jnp.einsum("bth,hnd->btnd", x, self.q_proj[...])
         k = jnp.einsum("bth,hkd->btkd", x, self.k_proj[...])
@@ -144,7 +129,7 @@ class Attention(nnx.Module):
             kv_cache = (k_all, v_all)
         else:
             k_all, v_all = k, v
-        out = jnp.einsum("btnd,ndh->bth", attend(q, k_all, v_all, mask), self.o_proj[...])
+        out = jnp.einsum("btnd,ndh->bth", attend_prefix(q, k_all, v_all, mask, kv_len), self.o_proj[...])
         if self.bias:
             out = out + self.o_bias[...]
         return out, kv_cache
@@ -171,8 +156,8 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, dtype, rngs)
 
-    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None):
-        a, kv_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, starts)
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None):
+        a, kv_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, starts, kv_len)
         x = x + a
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, kv_cache

@@ -52,8 +52,11 @@ class Transformer(nnx.Module):
             raise ValueError(f"hidden_ids {bad} outside [0, {cfg.num_layers}] (HF hidden_states indexing)")
         x = jnp.take(self.embed_tokens[...], tokens, axis=0)
         cos, sin = rope_cos_sin(positions, cfg.rope, cfg.head_dim, x.dtype)
+        kv_len = None
         if cache is not None:
             full_mask, starts = cache_mask(mask, cache.lengths, cache.max_len), cache.lengths
+            if cfg.attention == "bucketed":  # no query sees past the longest row's new tokens
+                kv_len = jnp.max(cache.lengths) + tokens.shape[1]
         else:
             full_mask, starts = mask, None
         hidden = {}  # HF hidden_states index -> [B, T, H]
@@ -62,7 +65,7 @@ class Transformer(nnx.Module):
             if i in hidden_ids:
                 hidden[i] = x
             layer_cache = None if cache is None else (cache.k[i], cache.v[i])
-            x, layer_cache = layer(x, cos, sin, full_mask, layer_cache, starts)
+            x, layer_cache = layer(x, cos, sin, full_mask, layer_cache, starts, kv_len)
             if cache is not None:
                 new_k.append(layer_cache[0])
                 new_v.append(layer_cache[1])
