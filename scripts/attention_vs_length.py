@@ -22,7 +22,6 @@ import numpy as np
 
 import specblock_jax as sbj
 from specblock_jax.models.kv_cache import init_cache
-from specblock_jax.models.target import abstract_target
 from specblock_jax.models.transformer import apply
 
 
@@ -53,8 +52,8 @@ def main(argv=None) -> None:
     target = sbj.load_target(args.target)
     rows = []
     for attention in ("full", "bucketed"):
-        cfg = target.config.replace(attention=attention)
-        graphdef = abstract_target(cfg)[0]  # the module reads its attention setting from cfg
+        variant = target.with_attention(attention)
+        cfg, graphdef = variant.config, variant.graphdef
         for length in (int(x) for x in args.lengths.split(",")):
             for nodes in (1, 16):
                 ms = step_ms(graphdef, target.params, cfg, args.batch, nodes, length, args.cache_len, args.reps)

@@ -27,6 +27,12 @@ class Target:
     def replace(self, **changes) -> "Target":
         return dataclasses.replace(self, **changes)
 
+    def with_attention(self, attention: str) -> "Target":
+        """The same weights with another cache-attention path: "bucketed" (the default; its cost
+        follows the sequence length) or "full" (always the whole static cache), models/attention.py."""
+        cfg = self.config.replace(attention=attention)
+        return self.replace(config=cfg, graphdef=abstract_target(cfg)[0])
+
 
 def abstract_target(cfg: ModelConfig) -> tuple[nnx.GraphDef, dict]:
     """(graphdef, params of jax.ShapeDtypeStruct) without allocating anything."""
