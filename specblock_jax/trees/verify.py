@@ -10,6 +10,14 @@ the accepted root-to-node path and one bonus token:
   sibling; if all are rejected, the bonus is sampled from the residual p. Deterministic drafts use
   q = one-hot(x), i.e. accept with probability p(x), else zero x out. The committed tokens are then
   distributed exactly as the target's sampling distribution.
+
+Deterministic drafts are verified in parallel over all nodes (`_parallel_sampling`): with q one-hot
+the residual after rejecting siblings x_1..x_{i-1} of parent c is p_c with those tokens zeroed,
+renormalised, so sibling i is accepted iff it repeats no earlier sibling's token, no earlier sibling
+was accepted, and u_i * (1 - sum of p_c over the earlier distinct sibling tokens) < p_c(x_i); the
+bonus is drawn once, at the last accepted node. Trees with a draft distribution q keep the
+sequential walk (`verify_sampling_sequential`). For the same uniforms both give the same result,
+except where float32 rounding decides (a uniform within rounding error of its threshold).
 """
 
 from __future__ import annotations
@@ -37,22 +45,29 @@ def _result(tree: DraftTree, path, count, bonus) -> VerifyResult:
     return VerifyResult(path, count, bonus, new.astype(jnp.int32))
 
 
-def verify_greedy(tree: DraftTree, logits: jax.Array) -> VerifyResult:
-    """tree with N nodes, logits [B, N, V] (the target's next-token logits at every node)."""
-    b, n = tree.tokens.shape
-    anc = ancestor_mask(tree.parents)
+def _deepest_path(parents: jax.Array, passed: jax.Array):
+    """parents [B, N]; passed [B, N] bool: node j's own test passed (given its parent was reached).
+    Returns path [B, N] (root-first, 0-padded), count [B] (its accepted nodes) and end [B]: the
+    deepest node whose whole root path passed (ties -> smallest index)."""
+    b, n = parents.shape
+    anc = ancestor_mask(parents)
     dep = depths(anc)
-    want = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, N]
-    parent_want = jnp.take_along_axis(want, jnp.maximum(tree.parents, 0), axis=1)
-    correct = (tree.valid & (tree.tokens == parent_want)).at[:, 0].set(True)
-    ok = ~jnp.any(anc & ~correct[:, None, :], axis=-1)  # node and all its ancestors correct
-    best = jnp.argmax(jnp.where(ok, dep, -1), axis=1)  # deepest; ties -> smallest index
-    count = jnp.take_along_axis(dep, best[:, None], axis=1)[:, 0]
-    on_path = jnp.take_along_axis(anc, best[:, None, None], axis=1)[:, 0]  # [B, N]
+    ok = ~jnp.any(anc & ~passed.at[:, 0].set(True)[:, None, :], axis=-1)
+    end = jnp.argmax(jnp.where(ok, dep, -1), axis=1)
+    count = jnp.take_along_axis(dep, end[:, None], axis=1)[:, 0]
+    on_path = jnp.take_along_axis(anc, end[:, None, None], axis=1)[:, 0]  # [B, N]
     slot = jnp.where(on_path, dep, n)  # node k goes to path[depth[k]]
     path = jnp.zeros((b, n + 1), jnp.int32)
     path = path.at[jnp.arange(b)[:, None], slot].set(jnp.arange(n, dtype=jnp.int32)[None])[:, :n]
-    bonus = jnp.take_along_axis(want, best[:, None], axis=1)[:, 0]
+    return path, count, end
+
+
+def verify_greedy(tree: DraftTree, logits: jax.Array) -> VerifyResult:
+    """tree with N nodes, logits [B, N, V] (the target's next-token logits at every node)."""
+    want = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, N]
+    parent_want = jnp.take_along_axis(want, jnp.maximum(tree.parents, 0), axis=1)
+    path, count, end = _deepest_path(tree.parents, tree.valid & (tree.tokens == parent_want))
+    bonus = jnp.take_along_axis(want, end[:, None], axis=1)[:, 0]
     return _result(tree, path, count, bonus)
 
 
@@ -60,6 +75,44 @@ def _sample_from(probs: jax.Array, u: jax.Array) -> jax.Array:
     """Inverse-CDF sample of an unnormalised distribution [V] with a uniform u in [0, 1)."""
     cdf = jnp.cumsum(probs)
     return jnp.minimum(jnp.searchsorted(cdf, u * cdf[-1], side="right"), probs.shape[0] - 1)
+
+
+def _gather_rows(x: jax.Array, table: jax.Array) -> jax.Array:
+    """x [B, N], table [B, N, C] node indices (-1 = none, read as node 0) -> x at them [B, N, C]."""
+    b, n, c = table.shape
+    return jnp.take_along_axis(x, jnp.maximum(table, 0).reshape(b, n * c), axis=1).reshape(b, n, c)
+
+
+def _parallel_sampling(tree: DraftTree, logp: jax.Array, u_accept, u_bonus, table):
+    """Deterministic drafts (q one-hot), every node at once. logp [B, N, V] fp32; table [B, N, C].
+    Returns path [B, N], count [B], bonus [B]."""
+    b, n, c = table.shape
+    tried = table >= 0  # [B, N, C]: the siblings under each node, in the order they are tried
+    tok = _gather_rows(tree.tokens, table)
+    p_tok = jnp.exp(jnp.take_along_axis(logp, tok, axis=2))  # p_parent(sibling's token) [B, N, C]
+    earlier = jnp.tril(jnp.ones((c, c), bool), -1)  # [k, k']: k' < k
+    dup = jnp.any((tok[..., :, None] == tok[..., None, :]) & tried[..., None, :] & earlier, axis=-1)
+    fresh = tried & ~dup  # a repeated token was zeroed out by its first rejection: never accepted
+    mass = jnp.where(fresh, p_tok, 0.0)
+    before = jnp.cumsum(mass, axis=-1)[..., :-1]  # p of the earlier distinct sibling tokens
+    before = jnp.concatenate([jnp.zeros_like(mass[..., :1]), before], axis=-1)
+    left = jnp.maximum(1.0 - before, 0.0)  # the residual's mass; rounding can take 1 - sum below 0
+    passes = fresh & (_gather_rows(u_accept, table) * left < p_tok)  # p_tok = 0 never passes
+    first = passes & (jnp.cumsum(passes, axis=-1) == 1)
+    chosen = jnp.max(jnp.where(first, table, -1), axis=-1)  # [B, N] accepted child or -1
+    passed = jnp.take_along_axis(chosen, jnp.maximum(tree.parents, 0), axis=1) == jnp.arange(n)
+    path, count, end = _deepest_path(tree.parents, passed)
+    # bonus: p at the end node with the tokens of all its (rejected) children zeroed
+    rows = jnp.arange(b)
+    end_tok, end_tried = tok[rows, end], tried[rows, end]  # [B, C]
+    resid = jnp.exp(logp[rows, end]).at[rows[:, None], jnp.where(end_tried, end_tok, logp.shape[-1])].set(
+        0.0, mode="drop")
+    bonus = jax.vmap(_sample_from)(resid, u_bonus[rows, end])
+    # rounding can reject the child holding all of p's remaining mass; the sequential walk then keeps
+    # the residual before that rejection, whose only token is the last tried one with p > 0
+    last = jnp.argmax(jnp.where(end_tried & (p_tok[rows, end] > 0), jnp.arange(c), -1), axis=1)
+    bonus = jnp.where(resid.sum(-1) > 0, bonus, end_tok[rows, last])
+    return path, count, bonus.astype(jnp.int32)
 
 
 def _walk(p, q, tokens, table, u_accept, u_bonus):
@@ -104,6 +157,11 @@ def _walk(p, q, tokens, table, u_accept, u_bonus):
     return path, count, bonus
 
 
+def _table(tree: DraftTree, max_children: int | None) -> jax.Array:
+    n = tree.tokens.shape[1]
+    return child_table(tree.parents, tree.valid, max_children or max(n - 1, 1))
+
+
 def verify_sampling(
     tree: DraftTree,
     target_logprobs: jax.Array,
@@ -120,14 +178,19 @@ def verify_sampling(
 
 def verify_sampling_with_uniforms(tree, target_logprobs, u_accept, u_bonus, max_children=None):
     """`verify_sampling` with explicit uniforms in [0, 1): u_accept [B, N] decides whether node j
-    is accepted when tried; u_bonus [B, N] samples the bonus when the walk stops at node j."""
-    n = tree.tokens.shape[1]
-    table = child_table(tree.parents, tree.valid, max_children or max(n - 1, 1))
+    is accepted when tried; u_bonus [B, N] samples the bonus when the walk stops at node j.
+    Deterministic drafts (draft_probs None) are verified in parallel, others by the sequential walk."""
+    if tree.draft_probs is not None:
+        return verify_sampling_sequential(tree, target_logprobs, u_accept, u_bonus, max_children)
+    logp = target_logprobs.astype(jnp.float32)
+    return _result(tree, *_parallel_sampling(tree, logp, u_accept, u_bonus, _table(tree, max_children)))
+
+
+def verify_sampling_sequential(tree, target_logprobs, u_accept, u_bonus, max_children=None):
+    """`verify_sampling_with_uniforms` by the sequential walk (nested `lax.while_loop`s over depth and
+    siblings, vocabulary-wide residual updates): the verifier of trees with draft_probs, and the
+    reference the parallel verifier of deterministic drafts is tested against."""
     p = jnp.exp(target_logprobs.astype(jnp.float32))
-    if tree.draft_probs is None:
-        path, count, bonus = jax.vmap(lambda *a: _walk(a[0], None, *a[1:]))(
-            p, tree.tokens, table, u_accept, u_bonus)
-    else:
-        path, count, bonus = jax.vmap(_walk)(p, tree.draft_probs.astype(jnp.float32), tree.tokens,
-                                             table, u_accept, u_bonus)
+    q = None if tree.draft_probs is None else tree.draft_probs.astype(jnp.float32)
+    path, count, bonus = jax.vmap(_walk)(p, q, tree.tokens, _table(tree, max_children), u_accept, u_bonus)
     return _result(tree, path, count, bonus)
