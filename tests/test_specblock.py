@@ -15,7 +15,7 @@ from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer_shift
 from specblock_jax.drafters.specblock_train import (SpecBlockTask, draft_loss, later_block_mask,
                                                     rank_loss, run_blocks)
-from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class
+from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
 from test_speculative import _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
 from conftest import peaked_tiny_target, train_on_fixed_batch
 
@@ -132,10 +132,11 @@ def test_rank_tree_branches_gives_up_continues_and_merges_twins():
     def expand(carry, blk, slot, token, level):
         seen.update(blk=np.asarray(blk).tolist(), slot=np.asarray(slot).tolist(),
                     token=np.asarray(token).tolist(), level=level)
-        return carry, jnp.asarray(lp2), jnp.zeros((1, 1, k), jnp.int32)
+        return carry, top_tokens(jnp.asarray(lp2), 10), jnp.zeros((1, 1, k), jnp.int32)
 
     s = RankTreeSettings(num_nodes=40, max_blocks=2, beam=1, branch=(0, 2, 9, 0), root_branch=1)
-    tree, _ = build_rank_tree(s, jnp.asarray([0]), jax.nn.log_softmax(jnp.asarray(lp1), -1), cls1, expand, None)
+    top1 = top_tokens(jax.nn.log_softmax(jnp.asarray(lp1), -1), 10)
+    tree, _ = build_rank_tree(s, jnp.asarray([0]), top1, cls1, expand, None)
     assert seen == {"blk": [[0]], "slot": [[1]], "token": [[11]], "level": 2}
     chain = [(10,), (10, 11), (10, 11, 12), (10, 11, 12, 13)]
     alts = [(1,), (10, 1), (10, 2)]  # slot 0: root_branch 1; slot 1 (class 1): 2; slot 3 gives up
@@ -143,8 +144,7 @@ def test_rank_tree_branches_gives_up_continues_and_merges_twins():
     assert _paths(tree) == set(chain + alts + block2)
     # the same tree with the rank head off: 2 alternatives everywhere, next block from slot 3
     s_fixed = RankTreeSettings(num_nodes=40, max_blocks=2, rank_tree=False, fixed_branch=2)
-    tree, _ = build_rank_tree(s_fixed, jnp.asarray([0]), jax.nn.log_softmax(jnp.asarray(lp1), -1), cls1,
-                              expand, None)
+    tree, _ = build_rank_tree(s_fixed, jnp.asarray([0]), top1, cls1, expand, None)
     assert seen["slot"] == [[3]] and seen["token"] == [[13]]
     assert len(_paths(tree)) == 4 * 3 + 4 * 3
 
@@ -180,22 +180,29 @@ def test_training_blocks_match_decoding_blocks(target, task, monkeypatch):
     pre = Prefill(jnp.asarray([prefix + [0, 0]]), jnp.asarray([p]), out.hidden[:, :p + 2],
                   out.logits[:, p - 1], jnp.asarray([root]))
     state = drafter.init_state(bundle, pre, 32)
-    np.testing.assert_allclose(np.asarray(state.logp[0]),
-                               np.asarray(jax.nn.log_softmax(model.logits(train1[0, p - 1]), -1)), atol=2e-5)
+    _assert_top(state.top, 0, model.logits(train1[0, p - 1]))
     captured = {}
 
-    def fake_tree(settings, root_, logp, cls, expand, carry, token_map=None):
-        carry, lp, _ = expand(carry, jnp.zeros((1, 1), jnp.int32), jnp.full((1, 1), j, jnp.int32),
-                              jnp.full((1, 1), leaf, jnp.int32), 2)
-        captured["logp"] = lp
+    def fake_tree(settings, root_, top, cls, expand, carry, token_map=None):
+        carry, top2, _ = expand(carry, jnp.zeros((1, 1), jnp.int32), jnp.full((1, 1), j, jnp.int32),
+                                jnp.full((1, 1), leaf, jnp.int32), 2)
+        captured["top"] = top2
         return sbj.trees.DraftTree(jnp.zeros((1, 12), jnp.int32), sbj.trees.chain_parents(1, 12),
                                   jnp.ones((1, 12), bool)), carry
 
     monkeypatch.setattr(specblock_module, "build_rank_tree", fake_tree)
     ctx = DraftContext(jnp.zeros((1, 40), jnp.int32), jnp.asarray([p + 1]), jnp.asarray([root]), jnp.asarray([p]))
     drafter.propose(bundle, state, ctx, None)
-    np.testing.assert_allclose(np.asarray(captured["logp"][0, 0]),
-                               np.asarray(jax.nn.log_softmax(model.logits(train2[0, p - 1]), -1)), atol=2e-5)
+    _assert_top(captured["top"], (0, 0), model.logits(train2[0, p - 1]))
+
+
+def _assert_top(top, index, logits):
+    """The drafter's TopTokens at `index` are the best R tokens of `logits` [K, V] and their
+    log-probs (R = the drafter's candidate count, 20 here)."""
+    r = top.ids.shape[-1]
+    want_lp, want_ids = jax.lax.top_k(jax.nn.log_softmax(logits, -1), r)
+    np.testing.assert_allclose(np.asarray(top.logp[index]), np.asarray(want_lp), atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(top.ids[index]), np.asarray(want_ids))
 
 
 @pytest.mark.parametrize("settings,batches", [({}, (1, 4)),
@@ -288,7 +295,6 @@ def test_update_equals_the_training_forward_at_the_committed_positions(target, t
         want = train1[0, last]  # [K, H]
         np.testing.assert_allclose(np.asarray(state.hidden[0]), np.asarray(want), atol=2e-5)
         logits = model.logits(want)
-        np.testing.assert_allclose(np.asarray(state.logp[0]), np.asarray(jax.nn.log_softmax(logits, -1)),
-                                   atol=2e-5)
+        _assert_top(state.top, 0, logits)
         np.testing.assert_array_equal(np.asarray(state.cls[0]),
                                       np.asarray(jnp.argmax(model.rank_logits(want, logits), -1)))

@@ -35,10 +35,11 @@ from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.common import TargetWidths, load_model
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.layers import DecoderLayer, RMSNorm, normal_param, rope_cos_sin
-from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree
+from specblock_jax.trees.rank_tree import RankTreeSettings, TopTokens, build_rank_tree
 
 RANK_CLASSES = 4
 RANK_FEATURES = 15
+RANK_TOP = 20  # the rank head's features read the top 20 logits
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -69,16 +70,26 @@ def block_mask(num_positions: int, k: int) -> jax.Array:
     return e[None, :] <= e[:, None]
 
 
-def rank_features(logits: jax.Array) -> jax.Array:
-    """[..., V] logits -> [..., 15]: top-10 log-probs normalised over the top 20, the gaps
-    logit1-logit2, logit1-logit3, logit1-logit5, the top-1 probability, the top-20 entropy."""
+def top_logits(logits: jax.Array, r: int = RANK_TOP) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """[..., V] logits -> (the top min(r, V) fp32 logits and their ids, best first; logsumexp
+    [..., 1]): the one vocabulary-wide pass both the rank head and the tree read."""
+    logits = logits.astype(jnp.float32)
     # the barrier stops XLA:CPU from rewriting top_k + slices into a 60x slower computation
-    top = jax.lax.optimization_barrier(jax.lax.top_k(logits.astype(jnp.float32), min(20, logits.shape[-1]))[0])
-    if top.shape[-1] < 20:  # tiny vocabularies: pad with far less likely tokens
-        top = jnp.concatenate([top, jnp.broadcast_to(top[..., -1:] - 30.0, top.shape[:-1] + (20 - top.shape[-1],))], -1)
+    top, ids = jax.lax.optimization_barrier(jax.lax.top_k(logits, min(r, logits.shape[-1])))
+    return top, ids, jax.nn.logsumexp(logits, axis=-1, keepdims=True)
+
+
+def rank_features(top: jax.Array, lse: jax.Array) -> jax.Array:
+    """top [..., R] logits, best first (R >= 20, or the whole vocabulary), lse [..., 1] their
+    logsumexp over the vocabulary -> [..., 15]: top-10 log-probs normalised over the top 20, the
+    gaps logit1-logit2, logit1-logit3, logit1-logit5, the top-1 probability, the top-20 entropy."""
+    top = top[..., :RANK_TOP]
+    if top.shape[-1] < RANK_TOP:  # tiny vocabularies: pad with far less likely tokens
+        pad = top.shape[:-1] + (RANK_TOP - top.shape[-1],)
+        top = jnp.concatenate([top, jnp.broadcast_to(top[..., -1:] - 30.0, pad)], -1)
     lp = jax.nn.log_softmax(top, axis=-1)
     gaps = top[..., :1] - jnp.concatenate([top[..., 1:3], top[..., 4:5]], axis=-1)
-    p1 = jnp.exp(top[..., :1] - jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1, keepdims=True))
+    p1 = jnp.exp(top[..., :1] - lse)
     entropy = -jnp.sum(jnp.exp(lp) * lp, axis=-1, keepdims=True)
     return jnp.concatenate([lp[..., :10], gaps, p1, entropy], axis=-1)
 
@@ -137,10 +148,12 @@ class SpecBlockModel(nnx.Module):
         return jnp.einsum("...h,hv->...v", self.norm(hidden), self.lm_head[...],
                           preferred_element_type=jnp.float32)
 
-    def rank_logits(self, hidden, logits):
-        """hidden [..., H], logits [..., V] -> [..., 4]; no gradient reaches the drafter."""
+    def rank_logits(self, hidden, logits=None, top=None):
+        """hidden [..., H] and logits [..., V] (or their `top_logits` (top, ids, lse)) -> [..., 4];
+        no gradient reaches the drafter."""
+        top, _, lse = top_logits(logits) if top is None else top
         x = jnp.concatenate([jax.lax.stop_gradient(self.norm(hidden)).astype(jnp.float32),
-                             jax.lax.stop_gradient(rank_features(logits))], axis=-1)
+                             jax.lax.stop_gradient(rank_features(top, lse))], axis=-1)
         x = jax.nn.silu(x.astype(self.rank_in.dtype) @ self.rank_in[...] + self.rank_in_bias[...])
         return (x @ self.rank_out[...] + self.rank_out_bias[...]).astype(jnp.float32)
 
@@ -149,7 +162,7 @@ class SpecBlockState(NamedTuple):
     cache: tuple  # per layer (k, v) [B, S, K, D]: K entries per committed pair, then tree scratch
     length: jax.Array  # [B] int32 committed pairs (= the target's cache length)
     hidden: jax.Array  # [B, K, H] the first block of the next tree (the last pair's slots)
-    logp: jax.Array  # [B, K, V] its log-probabilities
+    top: TopTokens  # [B, K, R] its best draft tokens and their log-probs (R = max(20, 1 + width))
     cls: jax.Array  # [B, K] its rank-head classes
 
 
@@ -203,8 +216,10 @@ class SpecBlockDrafter(SpecBlockDecoding):
         return nnx.merge(self.graphdef, params["draft"])
 
     def _heads(self, model, hidden):
-        logits = model.logits(hidden)
-        return jax.nn.log_softmax(logits, axis=-1), jnp.argmax(model.rank_logits(hidden, logits), axis=-1)
+        """hidden [..., K, H] -> (TopTokens [..., K, R], rank classes [..., K]): one top-k pass."""
+        top = top_logits(model.logits(hidden), max(RANK_TOP, self.tree.candidates))
+        cls = jnp.argmax(model.rank_logits(hidden, top=top), axis=-1)
+        return TopTokens(top[0] - top[2], top[1]), cls
 
     def _committed(self, model, params, caches, cond, tokens, length, size):
         """Appends pairs (cond [B, T, H], tokens [B, T]) at pair index length [B]."""
@@ -232,8 +247,8 @@ class SpecBlockDrafter(SpecBlockDecoding):
         hidden, caches = self._committed(model, params, caches, model.features(prefill.hidden), nxt,
                                          zero, size)
         last = _take(hidden, prefill.lengths - 1)  # [B, K, H]
-        logp, cls = self._heads(model, last)
-        return SpecBlockState(caches, prefill.lengths, last, logp, cls)
+        top, cls = self._heads(model, last)
+        return SpecBlockState(caches, prefill.lengths, last, top, cls)
 
     def propose(self, params, state, ctx: DraftContext, key):
         model = self._model(params)
@@ -268,13 +283,13 @@ class SpecBlockDrafter(SpecBlockDecoding):
             pos = length[:, None] + leaf_depth - 1
             h, caches = model.block(cond.astype(emb.dtype), emb, pos, mask, caches, start,
                                     jnp.max(start) + p * k)
-            logp, cls = self._heads(model, h)
-            return (caches, h, leaf_depth, leaf_thr, leaf_vis), logp, cls
+            top, cls = self._heads(model, h)
+            return (caches, h, leaf_depth, leaf_thr, leaf_vis), top, cls
 
         vis0 = jnp.zeros((b, 1, size), bool)
         carry = (state.cache, state.hidden[:, None], jnp.zeros((b, 1), jnp.int32),
                  jnp.zeros((b, 1), jnp.int32), vis0)
-        tree, carry = build_rank_tree(self.tree, ctx.root, state.logp, state.cls, expand, carry,
+        tree, carry = build_rank_tree(self.tree, ctx.root, state.top, state.cls, expand, carry,
                                       token_map=params.get("d2t"))
         return tree, state._replace(cache=carry[0])
 
@@ -292,10 +307,10 @@ class SpecBlockDrafter(SpecBlockDecoding):
         h, caches = self._committed(model, params, state.cache, feats,
                                     jnp.maximum(result.new_tokens[:, :rows], 0), length, size)
         last = _take(h, jnp.maximum(count - 1, 0))
-        logp, cls = self._heads(model, last)
+        top, cls = self._heads(model, last)
         moved = count > 0
         keep = lambda new, old: jnp.where(moved.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
-        return SpecBlockState(caches, length + count, keep(last, state.hidden), keep(logp, state.logp),
+        return SpecBlockState(caches, length + count, keep(last, state.hidden), jax.tree.map(keep, top, state.top),
                               keep(cls, state.cls))
 
 

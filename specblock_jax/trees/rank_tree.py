@@ -23,7 +23,7 @@ static: per level `beam` blocks (one at level 1) of K * (1 + W) candidates, W = 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +32,17 @@ from specblock_jax.trees.tree import DraftTree, select_tree
 
 GIVE_UP = 3
 RANK_EDGES = (1, 4, 10)  # rank < 1 -> class 0, < 4 -> 1, < 10 -> 2, else 3 (0-based ranks)
+
+
+class TopTokens(NamedTuple):
+    """A slot's best draft tokens, best first: logp [..., R] log-probs, ids [..., R] draft ids."""
+    logp: jax.Array
+    ids: jax.Array
+
+
+def top_tokens(logp: jax.Array, r: int) -> TopTokens:
+    """[..., V] log-probs -> the top min(r, V) (one `top_k` pass; ties -> the lower id)."""
+    return TopTokens(*jax.lax.top_k(logp, min(r, logp.shape[-1])))
 
 
 def rank_class(rank: jax.Array) -> jax.Array:
@@ -54,6 +65,11 @@ class RankTreeSettings:
         return max(max(self.branch), self.root_branch) if self.rank_tree else self.fixed_branch
 
     @property
+    def candidates(self) -> int:
+        """Tokens per slot a level reads (the chain token and the widest branch)."""
+        return 1 + self.width
+
+    @property
     def max_children(self) -> int:
         # a node's children: the next slot of its own block (+ alternatives) and the first slot
         # of a block drafted from it (+ alternatives)
@@ -68,14 +84,15 @@ class Level:
         self.cont_slot = cont_slot  # [B, P] slot the next block continues from (-1 = none)
 
 
-def _level(s: RankTreeSettings, logp, cls, parent, parent_score, alive, offset: int, first: bool,
+def _level(s: RankTreeSettings, top: TopTokens, cls, parent, parent_score, alive, offset: int, first: bool,
            token_map=None):
-    """logp [B, P, K, V'] fp32, cls [B, P, K]; parent [B, P] candidate index (-1 = root),
-    parent_score [B, P], alive [B, P] bool; offset: index of this level's first candidate;
-    token_map [V'] maps draft ids to target ids (a reduced draft vocabulary's d2t)."""
-    b, p, k, v = logp.shape
-    w = min(s.width, v - 1)
-    lp, tok = jax.lax.optimization_barrier(jax.lax.top_k(logp, 1 + w))  # [B, P, K, 1 + W]
+    """top: [B, P, K, R] best tokens per slot (R >= 1 + width, or the whole draft vocabulary),
+    cls [B, P, K]; parent [B, P] candidate index (-1 = root), parent_score [B, P], alive [B, P]
+    bool; offset: index of this level's first candidate; token_map [V'] maps draft ids to target ids
+    (a reduced draft vocabulary's d2t)."""
+    b, p, k, r_all = top.logp.shape
+    w = min(s.width, r_all - 1)
+    lp, tok = top.logp[..., :1 + w].astype(jnp.float32), top.ids[..., :1 + w]  # [B, P, K, 1 + W]
     if token_map is not None:
         tok = jnp.take(token_map, tok)
     slot = jnp.arange(k)
@@ -128,8 +145,8 @@ def _leaves(s: RankTreeSettings, lv: Level, offset: int):
 
 
 # expand(carry, leaf_block [B, P], leaf_slot [B, P], leaf_token [B, P], level: int)
-#   -> (carry, logp [B, P, K, V], cls [B, P, K]): one drafter forward of a block from each leaf.
-Expand = Callable[[Any, jax.Array, jax.Array, jax.Array, int], tuple[Any, jax.Array, jax.Array]]
+#   -> (carry, TopTokens [B, P, K, R], cls [B, P, K]): one drafter forward of a block from each leaf.
+Expand = Callable[[Any, jax.Array, jax.Array, jax.Array, int], tuple[Any, TopTokens, jax.Array]]
 
 
 def _merge_twins(tokens, parents, scores, passes: int):
@@ -152,22 +169,24 @@ def _merge_twins(tokens, parents, scores, passes: int):
     return parents, scores
 
 
-def build_rank_tree(s: RankTreeSettings, root: jax.Array, logp: jax.Array, cls: jax.Array,
+def build_rank_tree(s: RankTreeSettings, root: jax.Array, top: TopTokens, cls: jax.Array,
                     expand: Expand, carry: Any, token_map: jax.Array | None = None
                     ) -> tuple[DraftTree, Any]:
-    """root [B]; logp [B, K, V'] and cls [B, K] of the first block (drafted from the root);
+    """root [B]; top [B, K, R] (`top_tokens`, R >= s.candidates) and cls [B, K] of the first
+    block (drafted from the root);
     token_map [V'] (a reduced draft vocabulary's d2t) maps draft ids to target ids: the tree and
     `expand` see target ids only."""
     b = root.shape[0]
     zero = jnp.zeros((b, 1))
-    levels = [_level(s, logp[:, None], cls[:, None], jnp.full((b, 1), -1, jnp.int32), zero,
+    block1 = TopTokens(top.logp[:, None], top.ids[:, None])
+    levels = [_level(s, block1, cls[:, None], jnp.full((b, 1), -1, jnp.int32), zero,
                      jnp.ones((b, 1), bool), 0, True, token_map)]
     offset = _flat(levels[0].tokens).shape[1]
     start = 0
     for d in range(2, s.max_blocks + 1):
         index, blk, slot, token, score, alive = _leaves(s, levels[-1], start)
-        carry, lp, c = expand(carry, blk, slot, token, d)
-        levels.append(_level(s, lp, c, index, score, alive, offset, False, token_map))
+        carry, top_d, c = expand(carry, blk, slot, token, d)
+        levels.append(_level(s, top_d, c, index, score, alive, offset, False, token_map))
         start = offset
         offset += _flat(levels[-1].tokens).shape[1]
     tokens = jnp.concatenate([_flat(lv.tokens) for lv in levels], axis=1)
