@@ -94,10 +94,10 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, param
         positions = s.cache.lengths[:, None] + depths(anc)
         fwd = apply(graphdef, params, tree.tokens, positions, anc, s.cache, hidden_ids=hidden_ids)
         if greedy:
-            res = verify_greedy(tree, fwd.logits)
+            res = verify_greedy(tree, fwd.logits, anc)
         else:
             logp = sampling_logprobs(fwd.logits, sampling)
-            res = verify_sampling(tree, logp, step_keys(key, 2), drafter.max_children)
+            res = verify_sampling(tree, logp, step_keys(key, 2), drafter.max_children, anc)
         # keep the root and the accepted path's K/V; inactive rows keep nothing
         cache = fwd.cache.compact(res.path, jnp.where(active, res.num_accepted + 1, 0))
         idx = jnp.arange(n)[None, :]

@@ -45,12 +45,12 @@ def _result(tree: DraftTree, path, count, bonus) -> VerifyResult:
     return VerifyResult(path, count, bonus, new.astype(jnp.int32))
 
 
-def _deepest_path(parents: jax.Array, passed: jax.Array):
-    """parents [B, N]; passed [B, N] bool: node j's own test passed (given its parent was reached).
-    Returns path [B, N] (root-first, 0-padded), count [B] (its accepted nodes) and end [B]: the
+def _deepest_path(parents: jax.Array, passed: jax.Array, anc: jax.Array | None = None):
+    """parents [B, N]; passed [B, N] bool: node j's own test passed (given its parent was reached);
+    anc [B, N, N] the tree's `ancestor_mask` if the caller has it. Returns path [B, N] (root-first, 0-padded), count [B] (its accepted nodes) and end [B]: the
     deepest node whose whole root path passed (ties -> smallest index)."""
     b, n = parents.shape
-    anc = ancestor_mask(parents)
+    anc = ancestor_mask(parents) if anc is None else anc
     dep = depths(anc)
     ok = ~jnp.any(anc & ~passed.at[:, 0].set(True)[:, None, :], axis=-1)
     end = jnp.argmax(jnp.where(ok, dep, -1), axis=1)
@@ -62,11 +62,12 @@ def _deepest_path(parents: jax.Array, passed: jax.Array):
     return path, count, end
 
 
-def verify_greedy(tree: DraftTree, logits: jax.Array) -> VerifyResult:
-    """tree with N nodes, logits [B, N, V] (the target's next-token logits at every node)."""
+def verify_greedy(tree: DraftTree, logits: jax.Array, anc: jax.Array | None = None) -> VerifyResult:
+    """tree with N nodes, logits [B, N, V] (the target's next-token logits at every node); anc
+    [B, N, N] its ancestor mask when the caller already built it (the tree forward needs it)."""
     want = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, N]
     parent_want = jnp.take_along_axis(want, jnp.maximum(tree.parents, 0), axis=1)
-    path, count, end = _deepest_path(tree.parents, tree.valid & (tree.tokens == parent_want))
+    path, count, end = _deepest_path(tree.parents, tree.valid & (tree.tokens == parent_want), anc)
     bonus = jnp.take_along_axis(want, end[:, None], axis=1)[:, 0]
     return _result(tree, path, count, bonus)
 
@@ -83,9 +84,9 @@ def _gather_rows(x: jax.Array, table: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, jnp.maximum(table, 0).reshape(b, n * c), axis=1).reshape(b, n, c)
 
 
-def _parallel_sampling(tree: DraftTree, logp: jax.Array, u_accept, u_bonus, table):
-    """Deterministic drafts (q one-hot), every node at once. logp [B, N, V] fp32; table [B, N, C].
-    Returns path [B, N], count [B], bonus [B]."""
+def _parallel_sampling(tree: DraftTree, logp: jax.Array, u_accept, u_bonus, table, anc=None):
+    """Deterministic drafts (q one-hot), every node at once. logp [B, N, V] fp32; table [B, N, C];
+    anc [B, N, N] or None. Returns path [B, N], count [B], bonus [B]."""
     b, n, c = table.shape
     tried = table >= 0  # [B, N, C]: the siblings under each node, in the order they are tried
     tok = _gather_rows(tree.tokens, table)
@@ -101,7 +102,7 @@ def _parallel_sampling(tree: DraftTree, logp: jax.Array, u_accept, u_bonus, tabl
     first = passes & (jnp.cumsum(passes, axis=-1) == 1)
     chosen = jnp.max(jnp.where(first, table, -1), axis=-1)  # [B, N] accepted child or -1
     passed = jnp.take_along_axis(chosen, jnp.maximum(tree.parents, 0), axis=1) == jnp.arange(n)
-    path, count, end = _deepest_path(tree.parents, passed)
+    path, count, end = _deepest_path(tree.parents, passed, anc)
     # bonus: p at the end node with the tokens of all its (rejected) children zeroed
     rows = jnp.arange(b)
     end_tok, end_tried = tok[rows, end], tried[rows, end]  # [B, C]
@@ -167,23 +168,25 @@ def verify_sampling(
     target_logprobs: jax.Array,
     key: jax.Array,
     max_children: int | None = None,
+    anc: jax.Array | None = None,
 ) -> VerifyResult:
     """tree with N nodes; target_logprobs [B, N, V] of the sampling distribution (after
     temperature / top-k / top-p); key: one PRNG key per sequence [B]. max_children (static)
-    bounds the siblings tried per node (default N - 1)."""
+    bounds the siblings tried per node (default N - 1); anc [B, N, N] the tree's ancestor mask
+    when the caller has it."""
     n = tree.tokens.shape[1]
     u = jax.vmap(lambda k: jax.random.uniform(k, (2, n)))(key)  # one draw per node and use
-    return verify_sampling_with_uniforms(tree, target_logprobs, u[:, 0], u[:, 1], max_children)
+    return verify_sampling_with_uniforms(tree, target_logprobs, u[:, 0], u[:, 1], max_children, anc)
 
 
-def verify_sampling_with_uniforms(tree, target_logprobs, u_accept, u_bonus, max_children=None):
+def verify_sampling_with_uniforms(tree, target_logprobs, u_accept, u_bonus, max_children=None, anc=None):
     """`verify_sampling` with explicit uniforms in [0, 1): u_accept [B, N] decides whether node j
     is accepted when tried; u_bonus [B, N] samples the bonus when the walk stops at node j.
     Deterministic drafts (draft_probs None) are verified in parallel, others by the sequential walk."""
     if tree.draft_probs is not None:
         return verify_sampling_sequential(tree, target_logprobs, u_accept, u_bonus, max_children)
     logp = target_logprobs.astype(jnp.float32)
-    return _result(tree, *_parallel_sampling(tree, logp, u_accept, u_bonus, _table(tree, max_children)))
+    return _result(tree, *_parallel_sampling(tree, logp, u_accept, u_bonus, _table(tree, max_children), anc))
 
 
 def verify_sampling_sequential(tree, target_logprobs, u_accept, u_bonus, max_children=None):
