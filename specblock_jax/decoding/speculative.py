@@ -90,6 +90,8 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, param
         tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
         check_tree(tree, b, n, cfg.vocab_size, f"{type(drafter).__name__}.propose")
         tree = tree._replace(tokens=tree.tokens.at[:, 0].set(s.root))
+        if greedy:  # greedy verification never reads q: let XLA drop whatever built it
+            tree = tree._replace(draft_probs=None)
         anc = ancestor_mask(tree.parents)
         positions = s.cache.lengths[:, None] + depths(anc)
         fwd = apply(graphdef, params, tree.tokens, positions, anc, s.cache, hidden_ids=hidden_ids)
