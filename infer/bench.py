@@ -7,10 +7,32 @@ budget and temperature; compilation is excluded from throughput and reported apa
             (the prefill's first token is not counted); per prompt, median [min, max]
   tokens/s  new tokens / decode-loop wall time, summed over batches
   speedup   tokens/s of the method / tokens/s of `ar`
-  draft     estimated drafting time per committed token (see decoding/draft_cost.py) and the
-            share of the loop time it represents; drafter forwards per committed token
+Step profile (decoding/step_profile.py): every phase of a decoding step compiled alone at the
+batch's exact loop shapes (batch, prompt bucket, cache length, node budget N) and timed at a
+mid-decode length (max_new_tokens // 2 committed tokens), median of 7 calls; a method's phase
+time is the mean over its batches weighted by each batch's decoding steps (results.json keeps
+each distinct shape's profile under "step_profiles"):
+  draft ms/token   drafting time per committed token: (propose + update) of one batched step x
+                   the steps each row ran (its batch waits for its longest row), over new tokens;
+                   `draft share` = that time / decode-loop wall time; `draft fwd/token` = drafter
+                   network forwards per committed token
+  verify ms/step   the target's forward over the N tree nodes + verification and commit (the
+                   cache compaction, stop/budget bookkeeping, output and history writes)
+  1-token fwd ms   one target-only decoding step (a one-token forward, sampling, the writes),
+                   measured at the method's own cache length
+  ideal speedup    tau median x (1-token fwd ms) / (verify ms/step): the speedup with free
+                   drafting and no loop overhead (1 for `ar` by definition)
+  achieved / ideal speedup / ideal speedup: what drafting and the engine's overhead lose
   same      fraction of prompts whose tokens equal `ar`'s (must be 1.0 at temperature 0; n/a when
             sampling, whose losslessness is a distribution property tested in the test suite)
+Tree-shape calibration: a drafter method with ':calibrate=true' first calibrates its tree shape
+on this machine (decoding/calibrate.py: the kind's knobs, e.g. EAGLE-3 num_nodes x depth, over
+its default candidates or those of --calibrate-grid) by decoding the first --calibrate-prompts
+prompts (default 4; they are also part of the benchmark) at the run's batch size, temperature and
+budget at every setting, separately for every (temperature, batch size), then runs at the
+fastest; the chosen setting and the calibration's wall time (compilation included) are reported
+apart ("calibrated (s)" column; results.json "calibrated", "calibrate_s" and "calibration", the
+whole table), not counted in tokens/s.
 Serving-time adaptation: a drafter method with ':adapt=true' or ':adapt.KEY=VALUE' settings (or
 every drafter method, with `--adapt`, next to its plain run) adapts between batches
 (docs/adaptation.md; `--adapt-settings` applies to all, method keys override); its tokens/s
@@ -37,7 +59,9 @@ from tqdm import tqdm
 
 import specblock_jax as sbj
 from infer.decode import DEFAULT_TARGET, cli_method, make_adapter, read_prompts
+from specblock_jax.decoding.calibrate import GRIDS, calibrate, default_grid, with_setting
 from specblock_jax.decoding.methods import resolve_drafter, split_adapt
+from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 
 
 def method_label(method: str) -> str:
@@ -55,6 +79,45 @@ def drafter_forwards_per_step(drafter) -> int:
     return 0 if resolved is None else int(getattr(resolved[0], "forwards_per_step", 0))
 
 
+def split_calibrate(method: str) -> tuple[str, bool]:
+    """Strips ':calibrate=true|false' from a method: (the method without it, whether to calibrate)."""
+    base, *pairs = method.split(":")
+    keep, on = [base], False
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key == "calibrate":
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise SystemExit(f"--methods: {method!r}: calibrate takes true or false, got {value!r}")
+            on = value.lower() in ("true", "1", "yes")
+        else:
+            keep.append(pair)
+    if on and base == "ar":
+        raise SystemExit(f"--methods: {method!r}: target-only decoding has no tree to calibrate")
+    return ":".join(keep), on
+
+
+def profile_summary(results) -> dict:
+    """Per-phase ms of a method's step (each batch's profile weighted by its decoding steps) and
+    every distinct profiled shape with its step count."""
+    batches: dict[int, tuple[int, dict]] = {}
+    for r in results:
+        steps = r.stats.target_forwards - 1
+        prev = batches.get(r.stats.batch, (0, None))[0]
+        batches[r.stats.batch] = (max(steps, prev), r.stats.step_profile or {})
+    shapes: dict[tuple, dict] = {}
+    for steps, prof in batches.values():
+        key = tuple(sorted((k, v) for k, v in prof.items() if not k.endswith("_ms")))
+        entry = shapes.setdefault(key, {**prof, "steps": 0, "batches": 0})
+        entry["steps"] += steps
+        entry["batches"] += 1
+    out: dict = {}
+    for ph in PHASES:
+        have = [(e["steps"] or e["batches"], e[f"{ph}_ms"]) for e in shapes.values() if f"{ph}_ms" in e]
+        out[f"{ph}_ms"] = (sum(w * v for w, v in have) / sum(w for w, _ in have)) if have else None
+    out["step_profiles"] = list(shapes.values())
+    return out
+
+
 def batch_taus(results) -> list[float]:
     """tau of every batch in decoding order (tokens committed per target forward, bonus included)."""
     per: dict[int, list[int]] = {}
@@ -66,8 +129,23 @@ def batch_taus(results) -> list[float]:
 
 
 def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
-    base, adapt = split_adapt(method)
+    base, calib = split_calibrate(method)
+    base, adapt = split_adapt(base)
     drafter = cli_method(base, target)
+    calibration = None
+    if calib:
+        cal_prompts = prompts[: max(1, args.calibrate_prompts)]
+        print(f"calibrating {method_label(method)} on {len(cal_prompts)} prompts "
+              f"(T={temperature:g}, batch {batch_size})", flush=True)
+        try:
+            grid = {k: args.calibrate_grid.get(k, v) for k, v in default_grid(resolve_drafter(drafter)[0]).items()}
+            calibration = calibrate(target, drafter, cal_prompts, grid, max_new_tokens=args.max_new_tokens,
+                                    batch_size=batch_size, temperature=temperature, seed=args.seed,
+                                    verify_timing=False)
+        except ValueError as e:
+            raise SystemExit(f"--methods: {method!r}: {e}") from None
+        calibration["prompts"] = len(cal_prompts)
+        drafter = with_setting(drafter, calibration["best"])
     adapter = None
     if adapt is not None:
         adapter = make_adapter(method, drafter, ",".join(filter(None, [args.adapt_settings, adapt])))
@@ -85,7 +163,7 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
 
         results = sbj.generate(target, prompts, drafter=drafter, temperature=temperature,
                                max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
-                               adapter=adapter, on_batch=on_batch)
+                               adapter=adapter, on_batch=on_batch, profile="all")
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
         b = batches.setdefault(r.stats.batch, {"wall": r.stats.total_time_s, "tokens": 0,
@@ -98,11 +176,18 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
     tokens = sum(b["tokens"] for b in batches.values())
     draft = sum(b["draft"] for b in batches.values())
     taus = [r.stats.tau for r in results if r.stats.tau is not None]
+    prof = profile_summary(results)
+    tau_median = float(np.median(taus))
+    is_ar = resolve_drafter(drafter) is None
+    draft_step = None if is_ar else (prof["propose_ms"] or 0.0) + (prof["update_ms"] or 0.0)
+    verify_step = None if is_ar else prof["tree_forward_ms"] + prof["verify_ms"]
+    ideal = 1.0 if is_ar else ideal_speedup(tau_median, prof["forward_1_ms"], prof["tree_forward_ms"],
+                                            prof["verify_ms"])
     return {
         "method": method, "temperature": temperature, "batch_size": batch_size, "prompts": len(results), "new_tokens": tokens,
         "wall_s": wall, "tokens_per_s": tokens / wall,
         "batch_tokens_per_s": [b["tokens"] / b["wall"] for b in batches.values()],
-        "tau_median": float(np.median(taus)), "tau_min": float(np.min(taus)), "tau_max": float(np.max(taus)),
+        "tau_median": tau_median, "tau_min": float(np.min(taus)), "tau_max": float(np.max(taus)),
         "tau_mean": float(np.mean(taus)),
         "target_forwards": int(sum(r.stats.target_forwards for r in results)),
         "draft_s_per_token": draft / tokens,
@@ -111,6 +196,12 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
         "compile_s": float(sum(b["compile"] for b in batches.values()))
         + (adapter.compile_s if adapter is not None else 0.0),
         "decode_s": decode_wall, "adapt_s": adapt_s, "batch_taus": batch_taus(results),
+        **{k: v for k, v in prof.items() if k != "step_profiles"},
+        "draft_ms_per_step": draft_step, "verify_ms_per_step": verify_step, "ideal_speedup": ideal,
+        "step_profiles": prof["step_profiles"],
+        "calibrated": calibration["best"] if calibration else None,
+        "calibrate_s": calibration["calibrate_s"] if calibration else 0.0,
+        "calibration": calibration,
         "adapt": adapter.summary() if adapter is not None else None,
         "adapt_events": adapter.events if adapter is not None else None,
         "token_ids": [r.token_ids for r in results],
@@ -138,19 +229,33 @@ def replot(out_dir: Path) -> None:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| T | batch | method | tau median [min, max] | tokens/s | speedup | draft ms/token | draft share "
-            "| draft fwd/token | same as ar | compile s | adapt s (updates/decisions) |"
-            "\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+    head = ("| T | batch | method | tau median [min, max] | tokens/s | speedup | ideal speedup | achieved / ideal "
+            "| draft ms/token | draft share | draft fwd/token | verify ms/step | 1-token fwd ms | same as ar "
+            "| compile s | calibrated (s) | adapt s (updates/decisions) |"
+            "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         lines.append(
             f"| {r['temperature']:g} | {r['batch_size']} | {r['method']} | {r['tau_median']:.2f} [{r['tau_min']:.2f}, "
             f"{r['tau_max']:.2f}] | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
+            f"{_num(r.get('ideal_speedup'), 'x')} | {_num(r.get('achieved_over_ideal'))} | "
             f"{1000 * r['draft_s_per_token']:.3f} | {100 * r['draft_share']:.1f}% | "
-            f"{r['draft_forwards_per_token']:.2f} | "
+            f"{r['draft_forwards_per_token']:.2f} | {_num(r.get('verify_ms_per_step'), digits=3)} | "
+            f"{_num(r.get('forward_1_ms'), digits=3)} | "
             f"{'n/a' if r['same_as_ar'] is None else format(r['same_as_ar'], '.2f')} | "
-            f"{r['compile_s']:.1f} | {adapt_cell(r)} |")
+            f"{r['compile_s']:.1f} | {calibrated_cell(r)} | {adapt_cell(r)} |")
     return "\n".join(lines)
+
+
+def _num(value, suffix: str = "", digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def calibrated_cell(row: dict) -> str:
+    best = row.get("calibrated")
+    if not best:
+        return "-"
+    return " ".join(f"{k}={v}" for k, v in best.items()) + f" ({row['calibrate_s']:.1f})"
 
 
 def adapt_cell(row: dict) -> str:
@@ -174,6 +279,10 @@ def plot(rows: list[dict], path: Path) -> None:
         sub = {r["method"]: r for r in rows if (r["temperature"], r["batch_size"]) == (t, b)}
         x = np.arange(len(methods)) + k * width
         axes[0].bar(x, [sub[m]["speedup"] for m in methods], width, label=f"T={t:g}, batch {b}")
+        ideal = [sub[m].get("ideal_speedup") for m in methods]
+        if any(v is not None for v in ideal):  # the speedup with free drafting, as a tick
+            axes[0].scatter(x, [np.nan if v is None else v for v in ideal], marker="_", s=300, color="black",
+                            label="ideal (free drafting)" if k == 0 else None)
         axes[1].bar(x, [sub[m]["tau_median"] for m in methods], width, label=f"T={t:g}, batch {b}")
     for ax, title in zip(axes, ("speedup vs target-only (tokens/s ratio)", "tau (median over prompts)")):
         ax.set_xticks(np.arange(len(methods)) + width * (len(groups) - 1) / 2)
@@ -231,7 +340,27 @@ def parse_args(argv=None):
     p.add_argument("--adapt", action="store_true",
                    help="also run every drafter method with serving-time adaptation (':adapt=true')")
     p.add_argument("--adapt-settings", default="", help="AdaptConfig keys, e.g. subset=layer,cost_scale=1")
+    p.add_argument("--calibrate-prompts", type=int, default=4,
+                   help="prompts (the first K) a ':calibrate=true' method calibrates its tree shape on")
+    p.add_argument("--calibrate-grid", action="append", default=[], metavar="KNOB=V,V,...",
+                   help="candidates of one knob for ':calibrate=true' methods (repeatable; each kind uses "
+                        "its own knobs, the others keep decoding/calibrate.py's defaults), e.g. num_nodes=8,16")
     return p.parse_args(argv)
+
+
+def parse_grid(items: list[str]) -> dict[str, tuple[int, ...]]:
+    """['num_nodes=8,16', 'depth=3'] -> {"num_nodes": (8, 16), "depth": (3,)}; SystemExit on a bad item."""
+    knobs = {k for grid in GRIDS.values() for k in grid}
+    grid = {}
+    for item in items:
+        key, _, values = item.partition("=")
+        try:
+            grid[key] = tuple(int(v) for v in values.split(","))
+        except ValueError:
+            raise SystemExit(f"--calibrate-grid: {item!r} is not KNOB=INT,INT,...") from None
+        if key not in knobs:
+            raise SystemExit(f"--calibrate-grid: unknown knob {key!r} (knobs: {sorted(knobs)})")
+    return grid
 
 
 def main(argv=None) -> int:
@@ -239,6 +368,7 @@ def main(argv=None) -> int:
         replot(Path(sys.argv[2]))
         return 0
     args = parse_args(argv)
+    args.calibrate_grid = parse_grid(args.calibrate_grid)
     methods = [m for m in args.methods.split(",") if m]
     methods = ["ar"] + [m for m in methods if m != "ar"]
     if args.adapt:
@@ -246,7 +376,7 @@ def main(argv=None) -> int:
                    ([m, m + ":adapt=true"] if split_adapt(m)[0].split(":")[0] not in ("ar", "prompt_lookup")
                     and split_adapt(m)[1] is None else [m])]
     for m in methods:
-        cli_method(split_adapt(m)[0])  # fail fast on an unknown method
+        cli_method(split_adapt(split_calibrate(m)[0])[0])  # fail fast on an unknown method
     target = sbj.load_target(args.target)
     records, errors = read_prompts(args.prompts)
     records = records[args.skip:]
@@ -261,6 +391,7 @@ def main(argv=None) -> int:
             base = group[0]  # ar
             for r in group:
                 r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
+                r["achieved_over_ideal"] = r["speedup"] / r["ideal_speedup"]
                 # token equality is the greedy guarantee; sampled runs draw other random numbers
                 r["same_as_ar"] = (float(np.mean([a == b for a, b in zip(r["token_ids"], base["token_ids"])]))
                                    if temperature == 0 else None)
@@ -274,6 +405,7 @@ def main(argv=None) -> int:
         "target": str(args.target), "target_params": sbj.models.count_params(target.params),
         "prompts": str(args.prompts), "num_prompts": len(prompts), "skipped_records": len(errors),
         "batch_sizes": [int(b) for b in str(args.batch_size).split(",")], "max_new_tokens": args.max_new_tokens, "seed": args.seed,
+        "calibrate_prompts": args.calibrate_prompts, "calibrate_grid": args.calibrate_grid,
     }
     for r in rows:  # every method's completions, for inspection
         name = output_name(r)

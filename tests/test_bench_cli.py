@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from conftest import export_random_eagle3
 from infer import bench
+
+PHASES_MS = ("propose_ms", "update_ms", "tree_forward_ms", "verify_ms", "forward_1_ms")
+STEP_KEYS = {*PHASES_MS, "draft_ms_per_step", "verify_ms_per_step", "ideal_speedup", "achieved_over_ideal",
+             "step_profiles", "calibrated", "calibrate_s", "calibration"}
 
 
 def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path):
@@ -23,12 +29,26 @@ def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path):
     for r in rows:
         assert r["prompts"] == 4 and r["new_tokens"] > 0 and r["tokens_per_s"] > 0
         assert r["tau_min"] <= r["tau_median"] <= r["tau_max"]
+    for r in rows:  # the step profile of every method
+        assert STEP_KEYS <= set(r) and r["forward_1_ms"] > 0 and r["calibrated"] is None
+        assert sum(p["steps"] for p in r["step_profiles"]) > 0
+        assert r["achieved_over_ideal"] == pytest.approx(r["speedup"] / r["ideal_speedup"])
     ar0, pl0 = rows[0], rows[1]
     assert ar0["speedup"] == 1.0 and ar0["tau_median"] == 1.0 and ar0["draft_s_per_token"] == 0
+    assert ar0["ideal_speedup"] == 1.0 and ar0["verify_ms_per_step"] is None and ar0["propose_ms"] is None
     assert pl0["same_as_ar"] == 1.0  # greedy speculative output is the target's own
     assert pl0["draft_s_per_token"] > 0
+    assert all(pl0[k] > 0 for k in PHASES_MS)
+    assert pl0["draft_ms_per_step"] == pytest.approx(pl0["propose_ms"] + pl0["update_ms"])
+    assert pl0["verify_ms_per_step"] == pytest.approx(pl0["tree_forward_ms"] + pl0["verify_ms"])
+    assert pl0["ideal_speedup"] == pytest.approx(pl0["tau_median"] * pl0["forward_1_ms"] / pl0["verify_ms_per_step"])
+    assert 0 < pl0["draft_share"] < 1
     assert data["meta"]["num_prompts"] == 4 and data["meta"]["machine"]["backend"] == "cpu"
-    assert "| 0 | 2 | prompt_lookup |" in (out / "results.md").read_text()
+    md = (out / "results.md").read_text()
+    assert "| 0 | 2 | prompt_lookup |" in md
+    for column in ("ideal speedup", "achieved / ideal", "draft ms/token", "verify ms/step", "1-token fwd ms",
+                   "calibrated (s)"):
+        assert f"| {column} |" in md
     assert rows[4]["speedup"] == 1.0 and rows[5]["same_as_ar"] == 1.0  # batch 3 has its own baseline
     assert (out / "speedup.png").read_bytes()[:4] == b"\x89PNG"
     lines = (out / "outputs_prompt_lookup_T0_b2.jsonl").read_text().splitlines()
@@ -43,10 +63,19 @@ def test_bench_runs_adaptation_next_to_the_plain_drafter(tiny_ckpt, tmp_path):
                                for i in range(4)))
     out = tmp_path / "bench"
     assert bench.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out-dir", str(out),
-                       "--methods", str(tmp_path / "eagle3"), "--adapt", "--max-new-tokens", "12",
+                       "--methods", f"{tmp_path / 'eagle3'},prompt_lookup:calibrate=true", "--adapt",
+                       "--max-new-tokens", "12", "--calibrate-prompts", "2", "--calibrate-grid", "num_nodes=3,6",
+                       "--calibrate-grid", "depth=2",  # an EAGLE-3 knob: prompt lookup ignores it
                        "--adapt-settings", "cost_scale=0,min_rows=1,eval_rows=1,steps=1,window=32,batch_rows=1"]) == 0
     rows = json.loads((out / "results.json").read_text())["results"]
-    assert [bench.method_label(r["method"]) for r in rows] == ["ar", "eagle3", "eagle3:adapt=true"]
+    assert [bench.method_label(r["method"]) for r in rows] == [
+        "ar", "eagle3", "eagle3:adapt=true", "prompt_lookup:calibrate=true"]
+    cal = rows[3]
+    assert cal["calibration"]["prompts"] == 2 and [r["num_nodes"] for r in cal["calibration"]["table"]] == [3, 6]
+    best = max(cal["calibration"]["table"], key=lambda r: r["tokens_per_s"])["num_nodes"]
+    assert cal["calibrated"] == {"num_nodes": best} and cal["calibrate_s"] > 0 and cal["same_as_ar"] == 1.0
+    assert cal["step_profiles"][0]["num_nodes"] == best  # it ran at the chosen setting
+    assert f"num_nodes={best} (" in (out / "results.md").read_text()
     plain, adapted = rows[1], rows[2]
     assert adapted["same_as_ar"] == 1.0 and plain["adapt"] is None
     assert adapted["adapt"]["updates"] == 3 and adapted["adapt_s"] > 0
@@ -54,3 +83,13 @@ def test_bench_runs_adaptation_next_to_the_plain_drafter(tiny_ckpt, tmp_path):
     events = [json.loads(x) for x in (out / "adapt_eagle3__adapt-true_T0_b1.jsonl").read_text().splitlines()]
     assert len(events) == 4 and sum(e["update"] for e in events) == 3
     assert (out / "adapt_tau.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bench_rejects_bad_calibration_settings():
+    with pytest.raises(SystemExit, match="no tree to calibrate"):
+        bench.split_calibrate("ar:calibrate=true")
+    assert bench.split_calibrate("x/eagle3:num_nodes=8:calibrate=true:adapt=true") == (
+        "x/eagle3:num_nodes=8:adapt=true", True)
+    assert bench.parse_grid(["num_nodes=8,16", "depth=3"]) == {"num_nodes": (8, 16), "depth": (3,)}
+    with pytest.raises(SystemExit, match="unknown knob"):
+        bench.parse_grid(["nodes=8"])

@@ -1,10 +1,18 @@
-"""Pick a tree shape for this machine (EAGLE's `total_token=-1` idea, measured end to end).
+"""Pick a drafter's tree shape for this machine (EAGLE's `total_token=-1` idea, measured end to end).
 
 How many tree nodes pay off depends on how verification cost grows with the node count on the
-hardware at hand (flat on an accelerator up to dozens of tokens, steep on a small CPU). EAGLE
-times the target at a few node counts; here the whole decoder is timed instead: target
-verification at each node budget N, and then real speculative decoding on a few calibration
-prompts at each (N, depth), keeping the setting with the highest tokens/s.
+hardware at hand (flat on an accelerator up to dozens of tokens, steep on a small CPU) and on what
+drafting costs there. EAGLE times the target at a few node counts; here the whole decoder is timed
+instead: real speculative decoding of a few calibration prompts at every setting of the drafter
+kind's shape knobs, keeping the setting with the highest tokens/s (decode-loop wall time,
+compilation excluded):
+
+    eagle3          num_nodes x depth (top_k fixed)
+    specblock       num_nodes x max_blocks
+    dflash          block_size (<= the block size it was trained with)
+    prompt_lookup   num_nodes
+
+BlockPilot picks each request's block size itself: nothing to calibrate.
 """
 
 from __future__ import annotations
@@ -12,16 +20,79 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
-from typing import Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from specblock_jax.decoding.generate import generate
+from specblock_jax.decoding.methods import resolve_drafter
+from specblock_jax.drafters.prompt_lookup import PromptLookup
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import apply
+
+GRIDS: dict[str, dict[str, tuple[int, ...]]] = {  # default candidates per kind and knob
+    "eagle3": {"num_nodes": (8, 16, 32), "depth": (3, 5, 7)},
+    "specblock": {"num_nodes": (8, 16, 32), "max_blocks": (2, 3)},
+    "dflash": {"block_size": (4, 8, 16)},
+    "prompt_lookup": {"num_nodes": (4, 8, 16)},
+}
+
+
+def drafter_kind(drafter) -> str:
+    """The registry kind of a drafter ("prompt_lookup" for `PromptLookup`)."""
+    if isinstance(drafter, PromptLookup):
+        return "prompt_lookup"
+    return str(getattr(type(drafter), "kind", type(drafter).__name__))
+
+
+def _trained_block_size(drafter) -> int:
+    return int(drafter.config.block_size)
+
+
+def default_grid(drafter) -> dict[str, tuple[int, ...]]:
+    """The kind's default candidates (GRIDS) merged with the drafter's current setting; DFlash
+    sizes are capped at its trained block size."""
+    kind = drafter_kind(drafter)
+    if kind not in GRIDS:
+        raise ValueError(f"calibrate: a {kind!r} drafter has no tree-shape knobs to calibrate "
+                         f"(calibrated kinds: {sorted(GRIDS)})")
+    grid = {}
+    for knob, values in GRIDS[kind].items():
+        values = set(values) | {int(getattr(drafter, knob))}
+        if kind == "dflash":
+            values = {v for v in values if 2 <= v <= _trained_block_size(drafter)}
+        grid[knob] = tuple(sorted(values))
+    return grid
+
+
+def check_grid(drafter, grid: dict[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
+    """ValueError unless every knob belongs to the drafter's kind and every value is allowed."""
+    kind = drafter_kind(drafter)
+    if kind not in GRIDS:
+        default_grid(drafter)  # raises with the reason
+    allowed = set(GRIDS[kind])
+    bad = set(grid) - allowed
+    if bad or not grid:
+        raise ValueError(f"calibrate: a {kind} drafter's knobs are {sorted(allowed)}, got {sorted(grid)}")
+    out = {}
+    for knob, values in grid.items():
+        values = tuple(int(v) for v in values)
+        if not values or min(values) < 1:
+            raise ValueError(f"calibrate: {knob} needs positive values, got {values}")
+        if kind == "dflash" and not all(2 <= v <= _trained_block_size(drafter) for v in values):
+            raise ValueError(f"calibrate: DFlash block_size must be in [2, {_trained_block_size(drafter)}] "
+                             f"(its trained block size), got {values}")
+        out[knob] = values
+    return out
+
+
+def settings(grid: dict[str, Sequence[int]]) -> list[dict[str, int]]:
+    """Every combination of the grid's values, knobs in the grid's order."""
+    knobs = list(grid)
+    return [dict(zip(knobs, combo)) for combo in itertools.product(*(grid[k] for k in knobs))]
 
 
 def verify_seconds(target: Target, num_nodes: int, context: int = 256, reps: int = 10) -> float:
@@ -41,21 +112,54 @@ def verify_seconds(target: Target, num_nodes: int, context: int = 256, reps: int
     return float(np.median(times))
 
 
-def calibrate(target: Target, bundle, prompts: Sequence, nodes: Sequence[int] = (8, 16, 32),
-              depths: Sequence[int] = (3, 5, 7), max_new_tokens: int = 64) -> dict:
-    """Decodes `prompts` greedily with every (num_nodes, depth) and returns
-    {"best": {"num_nodes", "depth"}, "table": [{num_nodes, depth, tokens_per_s, tau}, ...],
-     "verify_ms": {N: ms}}. `bundle` is a (Drafter, params) pair whose drafter has `num_nodes`
-    and `depth` fields (EAGLE-3, SpecBlock)."""
-    drafter, params = bundle
+def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Sequence[int]] | None = None, *,
+              max_new_tokens: int = 64, batch_size: int = 1, temperature: float = 0.0, seed: int = 0,
+              verify_timing: bool = True, draft_timing: bool = False) -> dict:
+    """Decodes `prompts` with the drafter at every setting of `grid` (default `default_grid`) and
+    returns
+        {"kind", "knobs": [knob, ...], "best": {knob: value},
+         "table": [{knob: value, ..., "tokens_per_s", "tau"[, "draft_ms_per_token"]}, ...],
+         "verify_ms": {N: ms of a target forward over N tokens, for N = 1 and every node budget}
+                      ({} without verify_timing),
+         "calibrate_s": wall time of the whole calibration, compilation included}.
+    bundle: what `generate` takes as a drafter ("prompt_lookup", a Drafter or (Drafter, params)).
+    tokens_per_s: new tokens / decode-loop wall time over the prompts (compilation excluded), at
+    `batch_size` and `temperature`; the best setting has the highest. tau: mean over prompts.
+    draft_ms_per_token (with draft_timing; each setting's propose and update are then compiled and
+    timed apart too): estimated drafting time (propose + update) per new token. The result is
+    JSON data; `with_setting(bundle, result["best"])` gives the calibrated drafter."""
+    start = time.perf_counter()
+    spec = resolve_drafter(bundle)
+    if spec is None:
+        raise ValueError("calibrate: target-only decoding has no tree to calibrate")
+    drafter, params = spec
+    grid = check_grid(drafter, grid) if grid is not None else default_grid(drafter)
     table = []
-    for n, d in itertools.product(nodes, depths):
-        candidate = (dataclasses.replace(drafter, num_nodes=n, depth=d), params)
-        res = generate(target, prompts, drafter=candidate, max_new_tokens=max_new_tokens, batch_size=1)
-        wall = sum(r.stats.total_time_s for r in res)
-        table.append({"num_nodes": n, "depth": d,
-                      "tokens_per_s": sum(len(r.token_ids) for r in res) / wall,
-                      "tau": float(np.mean([r.stats.tau for r in res if r.stats.tau]))})
-    best = max(table, key=lambda r: r["tokens_per_s"])
-    return {"best": {"num_nodes": best["num_nodes"], "depth": best["depth"]}, "table": table,
-            "verify_ms": {n: 1000 * verify_seconds(target, n) for n in sorted({1, *nodes})}}
+    for setting in settings(grid):
+        candidate = (dataclasses.replace(drafter, **setting), params)
+        res = generate(target, prompts, drafter=candidate, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                       temperature=temperature, seed=seed, profile="draft" if draft_timing else "off")
+        walls = {r.stats.batch: r.stats.total_time_s for r in res}  # one loop wall time per batch
+        drafts = {}
+        for r in res:
+            drafts[r.stats.batch] = max(drafts.get(r.stats.batch, 0.0), r.stats.draft_time_s or 0.0)
+        tokens = sum(len(r.token_ids) for r in res)
+        taus = [r.stats.tau for r in res if r.stats.tau]
+        row = {**setting, "tokens_per_s": tokens / sum(walls.values()), "tau": float(np.mean(taus)) if taus else 1.0}
+        if draft_timing:
+            row["draft_ms_per_token"] = 1000 * sum(drafts.values()) / tokens
+        table.append(row)
+    best_row = max(table, key=lambda r: r["tokens_per_s"])
+    best = {k: best_row[k] for k in grid}
+    node_counts = sorted({1, *(dataclasses.replace(drafter, **s).num_nodes for s in settings(grid))})
+    verify_ms = {n: 1000 * verify_seconds(target, n) for n in node_counts} if verify_timing else {}
+    return {"kind": drafter_kind(drafter), "knobs": list(grid), "best": best, "table": table,
+            "verify_ms": verify_ms, "calibrate_s": time.perf_counter() - start}
+
+
+def with_setting(bundle: Any, setting: dict[str, int]) -> tuple[Any, Any]:
+    """(the drafter with `setting` applied, its params) for any bundle `generate` takes."""
+    spec = resolve_drafter(bundle)
+    if spec is None:
+        raise ValueError("calibrate: target-only decoding has no tree setting")
+    return dataclasses.replace(spec[0], **setting), spec[1]

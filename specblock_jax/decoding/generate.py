@@ -17,12 +17,12 @@ import numpy as np
 
 from specblock_jax.decoding.autoregressive import ar_loop
 from specblock_jax.decoding.compiled import compiled
-from specblock_jax.decoding.draft_cost import propose_seconds
 from specblock_jax.decoding.methods import resolve_drafter
 from specblock_jax.decoding.prefill import LoopOutput
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
 from specblock_jax.decoding.sampling import SamplingParams
 from specblock_jax.decoding.speculative import spec_loop
+from specblock_jax.decoding.step_profile import draft_seconds_per_step, step_profile
 from specblock_jax.models.target import Target
 from specblock_jax.parallel.decoding import DecodeLayout, run_sharded
 
@@ -99,6 +99,7 @@ def generate(
     mesh: Any = None,
     adapter: Any = None,
     on_batch: Callable[[list[GenerationResult]], None] | None = None,
+    profile: str = "draft",
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
 
@@ -115,12 +116,20 @@ def generate(
     token-identical. In a multi-host run every host calls `generate` with its own prompts (its
     `batch_size` rows join each global batch; hosts run in lockstep) and gets its own results;
     sampling keys then also fold in the process index. draft_time_s is None under a mesh.
+    profile: how much of a decoding step to time apart (decoding/step_profile.py; not under a
+    mesh): "draft" (default) the drafter's propose and update, for draft_time_s = the row's
+    steps x (one batched propose + update); "all" every phase, also attached to each result's
+    stats (`stats.step_profile`, ms per phase); "off" nothing (draft_time_s None for a drafter,
+    0 target-only). Profiling compiles and runs outside the timed decode loop (it is counted in
+    neither total_time_s nor compile_s).
     adapter: a `specblock_jax.adaptation.Adapter` built for this drafter: after every batch it
     learns from the verified tokens and may update the drafter's weights (the next batch drafts
     with them); outputs are unchanged. Each result's stats then carry its batch's "adapt" event.
     on_batch: called after every batch with that batch's results (e.g. to drive a progress bar).
     """
     spec = resolve_drafter(drafter)
+    if profile not in ("off", "draft", "all"):
+        raise ValueError(f"profile must be 'off', 'draft' or 'all', got {profile!r}")
     if adapter is not None:
         if spec is None or spec[0] is not adapter.drafter:
             raise ValueError("adapter: pass the drafter the adapter was built for as `drafter`")
@@ -195,10 +204,18 @@ def generate(
         # the adapter's history and features stay on the device; the rest comes to the host
         host = LoopOutput(*(jax.device_get(loop[:4]) if layout is None else layout.outputs(loop[:4])))
         wall = time.perf_counter() - t0
-        call_s = 0.0 if layout is None else None  # propose timing runs unsharded: skipped under a mesh
-        if spec is not None and layout is None:
-            call_s = propose_seconds(cfg, spec[0], spec[1], bsz, bucket, bucket + max_new + spec[0].num_nodes,
-                                     cache_len)
+        call_s = 0.0 if layout is None else None  # phases are timed unsharded: skipped under a mesh
+        prof = None
+        if spec is not None and profile == "off":
+            call_s = None
+        elif layout is None and (spec is not None or profile == "all"):
+            d, dparams = spec if spec is not None else (None, ())
+            if adapter is not None:
+                dparams = adapter.params
+            prof = step_profile(target, d, dparams, inputs[0], lengths, max_new=max_new, cache_len=cache_len,
+                                greedy=greedy, budgets=budgets, sampling=sampling, stop_ids=stop_arr, keys=keys,
+                                phases=None if profile == "all" else ("propose", "update"))
+            call_s = draft_seconds_per_step(prof)
         event = None
         if adapter is not None:
             real = len(chunk)
@@ -212,6 +229,8 @@ def generate(
             text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer else None
             stats = row_stats(len(ids[i]), new, int(host.forwards[r]), bool(host.stopped[r]), call_s, wall,
                               compile_s, bsz, start // bsz, event)
+            if profile == "all" and prof is not None:
+                stats.step_profile = dict(prof)
             results[i] = GenerationResult(text, new, stats)
         if on_batch is not None:
             on_batch([results[i] for i in chunk])

@@ -18,18 +18,24 @@ class GenerationStats:
     target_forwards: int  # decoding forwards + the prefill
     tau: float | None
     finish_reason: str  # "stop" (a stop token) | "length" (the token budget)
-    draft_time_s: float | None  # estimated drafting time (decoding/draft_cost.py); None under a mesh
+    draft_time_s: float | None  # estimated drafting time, propose + update (decoding/step_profile.py);
+    # None under a mesh or with generate(profile="off")
     total_time_s: float  # the batch's decode-loop wall time (compilation excluded)
     compile_s: float  # compilation time spent for this batch (0 once warm)
     batch_size: int
     batch: int  # index of the batch in decoding order
     adapt: dict | None = None  # the batch's serving-time adaptation event, if an adapter ran
+    # with generate(profile="all"): the batch's step profile, {"<phase>_ms": ..., shape}
+    # (decoding/step_profile.py)
+    step_profile: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (without `adapt` when no adapter ran)."""
+        """A JSON-ready dict (without `adapt` when no adapter ran, without `step_profile` when
+        none was taken)."""
         out = dataclasses.asdict(self)
-        if out["adapt"] is None:
-            del out["adapt"]
+        for name in ("adapt", "step_profile"):
+            if out[name] is None:
+                del out[name]
         return out
 
 
