@@ -110,11 +110,11 @@ def test_generate_charges_propose_and_update_per_step(target):
             steps * (prof["propose_ms"] + prof["update_ms"]) / 1000)
         assert r.stats.to_dict()["step_profile"] == prof
     before = compilation_count()
-    plain = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12, batch_size=2)
+    plain = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12, batch_size=2, profile="draft")
     assert compilation_count() == before  # the loop and every phase are warm
     assert plain[0].stats.step_profile is None and "step_profile" not in plain[0].stats.to_dict()
     assert plain[0].stats.draft_time_s == res[0].stats.draft_time_s  # the same cached measurement
-    off = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12, batch_size=2, profile="off")
+    off = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12, batch_size=2)  # default: off
     assert off[0].stats.draft_time_s is None and off[0].token_ids == res[0].token_ids
     with pytest.raises(ValueError, match="profile must be"):
         sbj.generate(target, prompts, max_new_tokens=2, profile=True)

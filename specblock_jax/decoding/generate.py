@@ -99,7 +99,7 @@ def generate(
     mesh: Any = None,
     adapter: Any = None,
     on_batch: Callable[[list[GenerationResult]], None] | None = None,
-    profile: str = "draft",
+    profile: str = "off",
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
 
@@ -117,10 +117,10 @@ def generate(
     `batch_size` rows join each global batch; hosts run in lockstep) and gets its own results;
     sampling keys then also fold in the process index. draft_time_s is None under a mesh.
     profile: how much of a decoding step to time apart (decoding/step_profile.py; not under a
-    mesh): "draft" (default) the drafter's propose and update, for draft_time_s = the row's
-    steps x (one batched propose + update); "all" every phase, also attached to each result's
-    stats (`stats.step_profile`, ms per phase); "off" nothing (draft_time_s None for a drafter,
-    0 target-only). Profiling compiles and runs outside the timed decode loop (it is counted in
+    mesh): "off" (default) nothing (draft_time_s None for a drafter, 0 target-only); "draft" the
+    drafter's propose and update, for draft_time_s = the row's steps x (one batched propose +
+    update); "all" every phase, also attached to each result's stats (`stats.step_profile`, ms
+    per phase). Profiling compiles and runs outside the timed decode loop (it is counted in
     neither total_time_s nor compile_s).
     adapter: a `specblock_jax.adaptation.Adapter` built for this drafter: after every batch it
     learns from the verified tokens and may update the drafter's weights (the next batch drafts
