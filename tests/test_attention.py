@@ -16,12 +16,12 @@ from specblock_jax.models.attention import attend, attend_prefix, length_buckets
 from conftest import peaked_tiny_target
 
 
-def test_length_buckets_grow_by_at_most_one_and_a_half():
-    assert length_buckets(448) == (64, 96, 128, 192, 256, 384, 448)
-    assert length_buckets(64) == (64,)
-    assert length_buckets(100) == (64, 96, 100)
+def test_length_buckets_grow_by_at_most_one_and_a_half_up_to_half_the_cache():
+    assert length_buckets(448) == (64, 96, 128, 192, 448)
+    assert length_buckets(64) == (64,) and length_buckets(100) == (100,)
+    assert length_buckets(256) == (64, 96, 128, 256)
     sizes = length_buckets(4096)
-    assert all(b / a <= 1.5 for a, b in zip(sizes, sizes[1:]))
+    assert sizes[-2] == 2048 and all(b / a <= 1.5 for a, b in zip(sizes[:-1], sizes[1:-1]))
 
 
 @pytest.mark.parametrize("live", [1, 64, 65, 96, 97, 200, 256])

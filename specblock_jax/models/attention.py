@@ -6,8 +6,10 @@ A decode-time KV cache has a static size S (prompt bucket + budget + tree scratc
 only its first `kv_len` slots (the batch's longest sequence plus the new tokens) can be visible.
 `attend_prefix` attends over a static prefix of the cache just long enough for `kv_len`, chosen at
 run time by `lax.switch` among a few length buckets (`length_buckets`: 64, 96, 128, 192, ...,
-each at most 1.5x the previous, then S), so one executable serves every length without
-recompiling and a step costs what the sequence is long (within 1.5x). `switch_on_length` is the
+each at most 1.5x the previous, up to S / 2, then S), so one executable serves every length
+without recompiling and a step costs what the sequence is long (within 1.5x, or at most the
+whole cache once the sequence fills half of it: a bucket copies its prefix, which only pays well
+below S). `switch_on_length` is the
 same dispatch for any computation over a cache prefix (DFlash concatenates its block's keys).
 
 The interface is `(q, k_cache, v_cache, mask, kv_len)`; an accelerator kernel that reads only the
@@ -43,13 +45,15 @@ def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Arr
 
 
 def length_buckets(size: int, minimum: int = MIN_BUCKET) -> tuple[int, ...]:
-    """Static prefix lengths below `size`, then `size`: 64, 96, 128, 192, 256, 384, ...
+    """Static prefix lengths up to half of `size`, then `size`: 64, 96, 128, 192, 256, ...
 
-    length_buckets(448) == (64, 96, 128, 192, 256, 384, 448).
+    A bucket below the whole cache slices (copies) its prefix before attending, so on a
+    bandwidth-bound step it pays only well below the cache size: none is used above size / 2.
+    length_buckets(448) == (64, 96, 128, 192, 448); length_buckets(100) == (100,).
     """
     out, b = [], minimum
-    while b < size:
-        out += [b] + ([b * 3 // 2] if b * 3 // 2 < size else [])
+    while b <= size // 2:
+        out += [b] + ([b * 3 // 2] if b * 3 // 2 <= size // 2 else [])
         b *= 2
     return tuple(out) + (size,)
 
