@@ -38,3 +38,16 @@ def compiled(fn: Callable, static: tuple, *args, donate_argnums: tuple[int, ...]
 def compilation_count() -> int:
     """Executables compiled so far by `compiled` in this process."""
     return _STATS["compilations"]
+
+
+def cached_count() -> int:
+    """Executables held in the cache now (a mark for `release`)."""
+    return len(_EXECUTABLES)
+
+
+def release(mark: int) -> None:
+    """Drops the executables cached after `mark` (a `cached_count()`): one-off executables (the
+    step profile's phases) must not pile up in a long process; XLA:CPU runs out of code memory
+    after a few hundred live executables."""
+    for key in list(_EXECUTABLES)[mark:]:
+        del _EXECUTABLES[key]

@@ -33,7 +33,9 @@ and logits). Every row is running (none done). Buffers the loop updates in place
 (the KV cache, the drafter state, out/history) are donated, each timed call getting a fresh copy
 made outside the timed region.
 
-Results are cached per static key (and phase), so each batch shape is profiled once per process.
+Results are cached per static key (and phase), so each batch shape is profiled once per process;
+the phases' executables are released once timed (a long bench would otherwise exhaust XLA:CPU's
+code memory).
 `generate` uses the profile for `GenerationStats.draft_time_s` (propose + update per step) and,
 with `profile="all"`, attaches it to every result (`stats.step_profile`); `specblock-bench`
 derives its step columns and the ideal speedup from it.
@@ -49,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specblock_jax.decoding.compiled import compiled
+from specblock_jax.decoding.compiled import cached_count, compiled, release
 from specblock_jax.decoding.prefill import prefill, step_keys
 from specblock_jax.decoding.sampling import SamplingParams, sample, sampling_logprobs
 from specblock_jax.drafters.base import DraftContext, Prefill
@@ -244,9 +246,13 @@ def step_profile(target, drafter, drafter_params, tokens, lengths, *, max_new: i
     n = drafter.num_nodes if drafter is not None else 0
     static_key = (cfg, drafter, b, p, cache_len, max_new, reps)
     todo = [ph for ph in wanted if _lookup(static_key, ph, greedy) is None]
-    if todo:
-        _measure(target, drafter, drafter_params, tokens, lengths, budgets, sampling, stop_ids, keys,
-                 max_new, cache_len, bool(greedy), reps, static_key, todo)
+    if todo:  # the phases' executables are dropped once timed (only the timings are cached)
+        mark = cached_count()
+        try:
+            _measure(target, drafter, drafter_params, tokens, lengths, budgets, sampling, stop_ids, keys,
+                     max_new, cache_len, bool(greedy), reps, static_key, todo)
+        finally:
+            release(mark)
     out: dict[str, Any] = {f"{ph}_ms": 1000 * _lookup(static_key, ph, greedy) for ph in wanted}
     out.update(batch=b, prompt_len=p, cache_len=cache_len, num_nodes=n, length=max_new // 2, reps=reps)
     return out
