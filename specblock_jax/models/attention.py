@@ -78,6 +78,20 @@ def attend_prefix(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
     [B, T, S] hiding every slot >= kv_len [] int32 (None: all S slots, the dense path)."""
     if kv_len is None:
         return attend(q, k, v, mask)
+    # heads before slots outside the switch: the dot wants that layout, and inside a branch XLA
+    # would otherwise transpose (copy) the whole cache on every call
+    kt, vt = jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)  # [B, K, S, D]
     return switch_on_length(kv_len, k.shape[1],
-                            lambda n, q, k, v, m: attend(q, k[:, :n], v[:, :n], m[..., :n]),
-                            q, k, v, mask)
+                            lambda n, q, kt, vt, m: _attend_heads_first(q, kt[:, :, :n], vt[:, :, :n], m[..., :n]),
+                            q, kt, vt, mask)
+
+
+def _attend_heads_first(q, kt, vt, mask):
+    """`attend` with k/v laid out [B, K, S, D]."""
+    b, t, n, d = q.shape
+    kv = kt.shape[1]
+    qg = q.reshape(b, t, kv, n // kv, d)
+    scores = jnp.einsum("btkgd,bksd->bkgts", qg, kt, preferred_element_type=jnp.float32) / math.sqrt(d)
+    scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(scores, axis=-1).astype(vt.dtype)
+    return jnp.einsum("bkgts,bksd->btkgd", probs, vt).reshape(b, t, n, d)
