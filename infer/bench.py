@@ -41,8 +41,9 @@ every drafter method, with `--adapt`, next to its plain run) adapts between batc
 then counts the adaptation time (compilation excluded, as for decoding), and the run also writes
 its decisions (adapt_<method>_T<t>_b<b>.jsonl) and tau per batch over the run (adapt_tau.png).
 Writes results.json, results.md, speedup.png and every method's completions
-(outputs_<method>_T<temperature>.jsonl) into --out-dir; `specblock-bench --replot DIR` redraws the
-plots of a finished run.
+(outputs_<method>_T<temperature>.jsonl) into --out-dir, the first two after every finished (batch
+size, temperature) group (results.json "meta.complete" says whether the run got to the end);
+`specblock-bench --replot DIR` redraws the plots of a finished run.
 """
 
 from __future__ import annotations
@@ -366,6 +367,28 @@ def parse_grid(items: list[str]) -> dict[str, tuple[int, ...]]:
     return grid
 
 
+def write_results(out_dir: Path, meta: dict, records: list[dict], group: list[dict], rows: list[dict]) -> None:
+    """Writes a finished (batch size, temperature) group's completions and rewrites results.json /
+    results.md with every row so far (meta["complete"] is False until the last group), so an
+    interrupted run keeps the groups it finished."""
+    for r in group:  # every method's completions, for inspection
+        name = output_name(r)
+        with (out_dir / name).open("w", encoding="utf-8") as f:
+            for rec, ids, text in zip(records, r["token_ids"], r["texts"]):
+                f.write(json.dumps({"id": rec["id"], "text": text, "token_ids": ids}, ensure_ascii=False) + "\n")
+        if r.get("adapt_events") is not None:
+            with (out_dir / name.replace("outputs_", "adapt_")).open("w", encoding="utf-8") as f:
+                for e in r["adapt_events"]:
+                    f.write(json.dumps(e) + "\n")
+    summary = [{k: v for k, v in r.items() if k not in ("token_ids", "texts", "adapt_events")} for r in rows]
+    (out_dir / "results.json").write_text(json.dumps({"meta": meta, "results": summary}, indent=2))
+    status = "" if meta["complete"] else "\n(partial: the run has not finished every group yet)\n"
+    md = f"# specblock-bench\n\n{meta['date']}, {meta['machine']['platform']}, " \
+         f"{meta['machine']['cpus']} CPUs, backend {meta['machine']['backend']}\n\n" \
+         f"`{meta['command']}`\n{status}\n{table(rows)}\n"
+    (out_dir / "results.md").write_text(md)
+
+
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--replot":  # redraw a finished run
         replot(Path(sys.argv[2]))
@@ -385,20 +408,6 @@ def main(argv=None) -> int:
     records = records[args.skip:]
     records = records[: args.limit] if args.limit else records
     prompts = [r["prompt"] for r in records]
-    rows = []
-    for batch_size in (int(b) for b in str(args.batch_size).split(",")):
-        for temperature in (float(t) for t in args.temperatures.split(",")):
-            group = []
-            for method in methods:
-                group.append(run_method(target, prompts, method, temperature, batch_size, args))
-            base = group[0]  # ar
-            for r in group:
-                r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
-                r["achieved_over_ideal"] = r["speedup"] / r["ideal_speedup"]
-                # token equality is the greedy guarantee; sampled runs draw other random numbers
-                r["same_as_ar"] = (float(np.mean([a == b for a, b in zip(r["token_ids"], base["token_ids"])]))
-                                   if temperature == 0 else None)
-            rows += group
     args.out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -410,21 +419,21 @@ def main(argv=None) -> int:
         "batch_sizes": [int(b) for b in str(args.batch_size).split(",")], "max_new_tokens": args.max_new_tokens, "seed": args.seed,
         "calibrate_prompts": args.calibrate_prompts, "calibrate_grid": args.calibrate_grid,
     }
-    for r in rows:  # every method's completions, for inspection
-        name = output_name(r)
-        with (args.out_dir / name).open("w", encoding="utf-8") as f:
-            for rec, ids, text in zip(records, r["token_ids"], r["texts"]):
-                f.write(json.dumps({"id": rec["id"], "text": text, "token_ids": ids}, ensure_ascii=False) + "\n")
-        if r.get("adapt_events") is not None:
-            with (args.out_dir / name.replace("outputs_", "adapt_")).open("w", encoding="utf-8") as f:
-                for e in r["adapt_events"]:
-                    f.write(json.dumps(e) + "\n")
-    summary = [{k: v for k, v in r.items() if k not in ("token_ids", "texts", "adapt_events")} for r in rows]
-    (args.out_dir / "results.json").write_text(json.dumps({"meta": meta, "results": summary}, indent=2))
-    md = f"# specblock-bench\n\n{meta['date']}, {meta['machine']['platform']}, " \
-         f"{meta['machine']['cpus']} CPUs, backend {meta['machine']['backend']}\n\n" \
-         f"`{meta['command']}`\n\n{table(rows)}\n"
-    (args.out_dir / "results.md").write_text(md)
+    rows = []
+    groups = [(int(b), float(t)) for b in str(args.batch_size).split(",") for t in args.temperatures.split(",")]
+    for i, (batch_size, temperature) in enumerate(groups):
+        group = []
+        for method in methods:
+            group.append(run_method(target, prompts, method, temperature, batch_size, args))
+        base = group[0]  # ar
+        for r in group:
+            r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
+            r["achieved_over_ideal"] = r["speedup"] / r["ideal_speedup"]
+            # token equality is the greedy guarantee; sampled runs draw other random numbers
+            r["same_as_ar"] = (float(np.mean([a == b for a, b in zip(r["token_ids"], base["token_ids"])]))
+                               if temperature == 0 else None)
+        rows += group
+        write_results(args.out_dir, {**meta, "complete": i == len(groups) - 1}, records, group, rows)
     replot(args.out_dir)
     print("\n" + table(rows))
     print(f"\nwrote {args.out_dir}/results.json, results.md, speedup.png and the completions "

@@ -168,15 +168,16 @@ def run_decode() -> dict:
     # the decode layout: KV cache and weights really split
     plan = parallel.ShardingPlan(parallel.make_mesh(MESHES["2x4"]))
     cache = sbj.init_cache(CFG, 4, 64)
-    out["cache_spec_2x4"] = str(plan.cache_shardings(cache).k[0].spec)
-    out["q_proj_spec_2x4"] = str(plan.param_shardings(tgt.params)["layers"][0]["self_attn"]["q_proj"].spec)
+    out["cache_spec_2x4"] = str(plan.cache_shardings(cache).k.spec)
+    out["q_proj_spec_2x4"] = str(plan.param_shardings(tgt.params)["layers"]["self_attn"]["q_proj"].spec)
     out["loop_cache_shapes_2x4"] = loop_cache_shapes(plan, tgt)
     return out
 
 
-def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 64) -> dict[str, int]:
-    """Per-device shapes of [*, S, *, D] f32 buffers in the compiled, SPMD-partitioned decode loop
-    (target-only) and how often each occurs: the KV cache inside the while loop must be split."""
+def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 96) -> dict[str, int]:
+    """Per-device shapes of [(L,) *, S, *, D] f32 buffers in the compiled, SPMD-partitioned decode loop
+    (target-only) and how often each occurs: the KV cache inside the while loop must be split.
+    S (96) differs from every weight dimension, so weights never match."""
     import collections
     import functools
     import re
@@ -196,7 +197,7 @@ def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 64) -> dict[s
             jax.ShapeDtypeStruct((8,), np.int32, sharding=plan.replicated()), rows((b, 2), np.uint32))
     fn = functools.partial(run_sharded, plan, ar_loop, tgt.graphdef, CFG, s, 8)
     text = jax.jit(fn).lower(*args).compile().as_text()
-    pattern = rf"f32\[\d+,{s},\d+,{CFG.head_dim}\]"
+    pattern = rf"f32\[(?:\d+,)?\d+,{s},\d+,{CFG.head_dim}\]"  # [L, B, S, K, D] or one layer's slice
     return dict(collections.Counter(re.findall(pattern, text)))
 
 

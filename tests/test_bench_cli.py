@@ -93,3 +93,25 @@ def test_bench_rejects_bad_calibration_settings():
     assert bench.parse_grid(["num_nodes=8,16", "depth=3"]) == {"num_nodes": (8, 16), "depth": (3,)}
     with pytest.raises(SystemExit, match="unknown knob"):
         bench.parse_grid(["nodes=8"])
+
+
+def test_an_interrupted_bench_keeps_the_groups_it_finished(tiny_ckpt, tmp_path, monkeypatch):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\n" * (i + 2)}) + "\n" for i in range(2)))
+    out, real, calls = tmp_path / "bench", bench.run_method, []
+
+    def dies_in_the_second_group(target, prompts, method, temperature, batch_size, args):
+        calls.append(temperature)
+        if temperature == 1.0:
+            raise KeyboardInterrupt  # the run is killed while the T=1 group decodes
+        return real(target, prompts, method, temperature, batch_size, args)
+
+    monkeypatch.setattr(bench, "run_method", dies_in_the_second_group)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out-dir", str(out),
+                    "--methods", "prompt_lookup", "--temperatures", "0,1", "--max-new-tokens", "8"])
+    data = json.loads((out / "results.json").read_text())
+    assert calls == [0.0, 0.0, 1.0] and data["meta"]["complete"] is False
+    assert [(r["temperature"], r["method"]) for r in data["results"]] == [(0.0, "ar"), (0.0, "prompt_lookup")]
+    assert len(list(out.glob("outputs_prompt_lookup_T0_b*.jsonl"))) == 1
+    assert "partial" in (out / "results.md").read_text()

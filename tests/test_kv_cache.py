@@ -92,9 +92,8 @@ def test_compact_keeps_exactly_the_chosen_slots_and_advances():
     cfg = sbj.models.config.tiny()
     cache = sbj.init_cache(cfg, 2, 16)
     rng = np.random.default_rng(2)
-    fill = lambda: jnp.asarray(rng.normal(size=(2, 16, cfg.num_kv_heads, cfg.head_dim)), jnp.float32)  # noqa: E731
-    cache = sbj.KVCache(tuple(fill() for _ in range(cfg.num_layers)),
-                        tuple(fill() for _ in range(cfg.num_layers)), jnp.asarray([3, 5], jnp.int32))
+    fill = lambda: jnp.asarray(rng.normal(size=(cfg.num_layers, 2, 16, cfg.num_kv_heads, cfg.head_dim)), jnp.float32)  # noqa: E731
+    cache = sbj.KVCache(fill(), fill(), jnp.asarray([3, 5], jnp.int32))
     before = jax.device_get(cache)
     keep = jnp.asarray([[0, 2, 5], [1, 3, 0]], jnp.int32)
     count = jnp.asarray([3, 2], jnp.int32)

@@ -20,8 +20,8 @@ def test_real_size_configs_have_the_published_parameter_counts(name):
     leaves = jax.tree.leaves(params)
     assert all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)  # nothing was allocated
     assert all(x.dtype == jax.numpy.bfloat16 for x in leaves)
-    q = params["layers"][0]["self_attn"]["q_proj"]
-    assert q.shape == (cfg.hidden_size, cfg.num_heads, cfg.head_dim)
+    q = params["layers"]["self_attn"]["q_proj"]  # stacked layers
+    assert q.shape == (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.head_dim)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

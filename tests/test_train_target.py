@@ -19,9 +19,11 @@ import orbax.checkpoint as ocp
 import pytest
 from safetensors import safe_open
 
-from specblock_jax.models import load_target
+from specblock_jax.models import init_target, load_target
+from specblock_jax.training.trainer import checkpoint_manager, save_checkpoint
 from train import lm_data
-from train.train_target import evaluate, load_config, make_optimizer, make_steps, train
+from train.train_target import (decay_mask, evaluate, load_config, make_optimizer, make_steps, model_config,
+                                restore_state, train)
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "assets" / "tokenizer"
@@ -263,3 +265,40 @@ def test_a_training_process_killed_with_sigkill_resumes_bit_identically(corpus, 
     assert step_a == step_b == 60
     for a, b in zip(jax.tree.leaves(state_a), jax.tree.leaves(state_b), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+
+def test_weight_decay_skips_norms_of_the_stacked_layers():
+    params = init_target(model_config(load_config(TINY)), seed=0).params
+    mask = decay_mask(params)
+    assert params["layers"]["input_layernorm"]["weight"].ndim == 2  # [L, H]: stacked, still a norm
+    assert not mask["layers"]["input_layernorm"]["weight"] and not mask["norm"]["weight"]
+    assert mask["layers"]["mlp"]["up_proj"] and mask["layers"]["self_attn"]["q_proj"]
+    assert mask["embed_tokens"]
+
+
+def test_a_checkpoint_of_the_per_layer_layout_restores_stacked(tmp_path):
+    """Runs that began before the layers were stacked (target v2) resume exactly."""
+    cfg = load_config(TINY)
+    params = init_target(model_config(cfg), seed=0).params
+    tx, _ = make_optimizer(cfg)
+    opt_state = tx.init(params)
+    opt_state = jax.tree.map(lambda x: x + 0.5 if x.dtype == np.float32 else x, opt_state)  # non-zero moments
+    n = params["layers"]["mlp"]["up_proj"].shape[0]
+
+    def unstack(t):  # the old layout: {"layers": {0: {...}, 1: {...}}} wherever params appear
+        if isinstance(t, dict) and "layers" in t:
+            return {**t, "layers": {i: jax.tree.map(lambda x: x[i], t["layers"]) for i in range(n)}}
+        if isinstance(t, tuple):
+            items = [unstack(x) for x in t]
+            return type(t)(*items) if hasattr(t, "_fields") else type(t)(items)
+        return t
+
+    mngr = checkpoint_manager(tmp_path / "ckpt", keep=2)
+    save_checkpoint(mngr, 7, unstack(params), unstack(opt_state), {"step": 7})
+    got_params, got_opt, meta = restore_state(mngr, 7, params, opt_state, tx)
+    assert meta == {"step": 7}
+    assert jax.tree.structure(got_params) == jax.tree.structure(params)
+    assert jax.tree.structure(got_opt) == jax.tree.structure(opt_state)
+    for a, b in zip(jax.tree.leaves((got_params, got_opt)), jax.tree.leaves((params, opt_state))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

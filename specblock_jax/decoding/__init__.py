@@ -1,7 +1,8 @@
-"""Decoding: the target-only and speculative loops, batched generation, method names, and tree
-calibration for the machine at hand (`calibrate`)."""
+"""Decoding: the target-only and speculative loops, batched generation, method names, tree
+calibration for the machine at hand (`calibrate`) and the per-phase step profile (`step_profile`,
+a module like `calibrate`: `step_profile.step_profile(...)`)."""
 
-from specblock_jax.decoding import calibrate
+from specblock_jax.decoding import calibrate, step_profile
 from specblock_jax.decoding.autoregressive import ar_loop
 from specblock_jax.decoding.compiled import compilation_count
 from specblock_jax.decoding.generate import generate

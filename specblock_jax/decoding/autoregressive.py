@@ -23,6 +23,24 @@ class ARState(NamedTuple):
     cache: KVCache
 
 
+def ar_step(graphdef, max_new, params, last, cache, generated, out, done, stopped, budgets, sampling,
+            stop_ids, key):
+    """One step of `ar_loop` (also timed alone by the step profile): a one-token forward of `last`
+    [B], commit it where still running, sample the next token with key [B], write it.
+    Returns (next [B], cache, generated, out, done, stopped)."""
+    b = last.shape[0]
+    one = jnp.ones((b, 1, 1), bool)
+    fwd = apply(graphdef, params, last[:, None], cache.lengths[:, None], one, cache)
+    active = ~done
+    cache = fwd.cache.advance(active.astype(jnp.int32))  # commit `last` where still running
+    nxt = sample(key, fwd.logits[:, 0], sampling)
+    write = active[:, None] & (jnp.arange(max_new)[None, :] == generated[:, None])
+    generated = generated + active
+    hit = active & jnp.isin(nxt, stop_ids)
+    return (nxt, cache, generated, jnp.where(write, nxt[:, None], out), done | hit | (generated >= budgets),
+            stopped | hit)
+
+
 def ar_loop(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling, stop_ids,
             keys) -> LoopOutput:
     """tokens [B, P] right-padded prompts with lengths [B]; budgets [B] new-token limits;
@@ -37,16 +55,10 @@ def ar_loop(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets,
         return (s.step < max_new) & ~jnp.all(s.done)  # room for another token, a row still running
 
     def body(s: ARState) -> ARState:
-        one = jnp.ones((b, 1, 1), bool)
-        fwd = apply(graphdef, params, s.last[:, None], s.cache.lengths[:, None], one, s.cache)
-        active = ~s.done
-        cache = fwd.cache.advance(active.astype(jnp.int32))  # commit `last` where still running
-        nxt = sample(step_keys(keys, s.step), fwd.logits[:, 0], sampling)
-        write = active[:, None] & (jnp.arange(max_new)[None, :] == s.generated[:, None])
-        generated = s.generated + active
-        hit = active & jnp.isin(nxt, stop_ids)
-        return ARState(s.step + 1, nxt, generated, jnp.where(write, nxt[:, None], s.out),
-                       s.done | hit | (generated >= budgets), s.stopped | hit, cache)
+        step = ar_step(graphdef, max_new, params, s.last, s.cache, s.generated, s.out, s.done, s.stopped,
+                       budgets, sampling, stop_ids, step_keys(keys, s.step))
+        nxt, cache, generated, out, done, stopped = step
+        return ARState(s.step + 1, nxt, generated, out, done, stopped, cache)
 
     final = jax.lax.while_loop(cond, body, state)
     return LoopOutput(final.out, final.generated, final.stopped, final.generated - 1)

@@ -26,8 +26,8 @@ from specblock_jax.decoding.sampling import sampling_logprobs
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
-from specblock_jax.trees.tree import ancestor_mask, check_tree, depths
-from specblock_jax.trees.verify import verify_greedy, verify_sampling
+from specblock_jax.trees.tree import DraftTree, ancestor_mask, check_tree, depths
+from specblock_jax.trees.verify import VerifyResult, verify_greedy, verify_sampling
 
 
 class SpecState(NamedTuple):
@@ -45,12 +45,64 @@ class SpecState(NamedTuple):
     features: jax.Array | None  # with collect: [B, S + N, n, H] hidden states of history positions
 
 
-def _write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:
+def write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:
     """buf [B, L, ...], rows [B, N, ...] written at starts [B] (the caller leaves room:
     start + N <= L)."""
     def write(b, r, s):
         return jax.lax.dynamic_update_slice(b, r.astype(b.dtype), (s,) + (0,) * (b.ndim - 1))
     return jax.vmap(write)(buf, rows, starts)
+
+
+def tree_forward(graphdef, hidden_ids, params, tree: DraftTree, root, cache: KVCache):
+    """Step 2: the target forward over the tree with `root` [B] written into node 0. Returns
+    (tree with the root, its ancestor mask [B, N, N] (built once; the verifier reuses it), the
+    forward's ForwardOutput)."""
+    tree = tree._replace(tokens=tree.tokens.at[:, 0].set(root))
+    anc = ancestor_mask(tree.parents)
+    positions = cache.lengths[:, None] + depths(anc)
+    return tree, anc, apply(graphdef, params, tree.tokens, positions, anc, cache, hidden_ids=hidden_ids)
+
+
+class Committed(NamedTuple):
+    """What `verify_commit` leaves for the rest of the step."""
+    result: VerifyResult
+    ctx: DraftContext  # the context after the commit (the drafter's `update` reads it)
+    cache: KVCache
+    out: jax.Array
+    history: jax.Array
+    hist_len: jax.Array
+    generated: jax.Array
+    done: jax.Array
+    stopped: jax.Array
+
+
+def verify_commit(greedy, max_children, tree, anc, logits, cache, out, history, hist_len, generated, done,
+                  stopped, budgets, sampling, stop_ids, key) -> Committed:
+    """Steps 3-4: verification (greedy, or rejection sampling with the step's key [B]) and the
+    commit: the cache keeps the root and the accepted path (inactive rows keep nothing), the new
+    tokens are written, cut at a stop token or the budget."""
+    n = tree.tokens.shape[1]
+    active = ~done
+    if greedy:
+        res = verify_greedy(tree, logits, anc)
+    else:
+        logp = sampling_logprobs(logits, sampling)
+        res = verify_sampling(tree, logp, step_keys(key, 2), max_children, anc)
+    cache = cache.compact(res.path, jnp.where(active, res.num_accepted + 1, 0))
+    idx = jnp.arange(n)[None, :]
+    count = res.num_accepted + 1
+    is_stop = jnp.isin(res.new_tokens, stop_ids) & (idx < count[:, None])
+    has_stop = jnp.any(is_stop, axis=1)
+    upto = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)
+    room = budgets - generated
+    take = jnp.where(active, jnp.minimum(upto, room), 0)
+    out = write_rows(out, jnp.where(idx < take[:, None], res.new_tokens, -1), generated)
+    history = write_rows(history, res.new_tokens, hist_len)
+    hist_len = hist_len + take
+    generated = generated + take
+    hit = active & has_stop & (upto <= room)
+    return Committed(res, DraftContext(history, hist_len, res.bonus, cache.lengths), cache, out, history,
+                     hist_len, generated, done | hit | (generated >= budgets), stopped | hit)
 
 
 def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, params, drafter_params,
@@ -72,7 +124,7 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, param
                                 cache_len)
     hist_size = p + max_new + n
     history = jnp.zeros((b, hist_size), jnp.int32).at[:, :p].set(tokens)
-    history = _write_rows(history, pre.first[:, None], lengths)
+    history = write_rows(history, pre.first[:, None], lengths)
     feats = None
     if collect:  # [B, S + N, n, H]: rows S.. are scratch that finished rows write into
         feats = jnp.zeros((b, hist_size + n) + pre.hidden.shape[2:], pre.hidden.dtype)
@@ -89,39 +141,18 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, param
         key = step_keys(keys, s.step)
         tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
         check_tree(tree, b, n, cfg.vocab_size, f"{type(drafter).__name__}.propose")
-        tree = tree._replace(tokens=tree.tokens.at[:, 0].set(s.root))
         if greedy:  # greedy verification never reads q: let XLA drop whatever built it
             tree = tree._replace(draft_probs=None)
-        anc = ancestor_mask(tree.parents)
-        positions = s.cache.lengths[:, None] + depths(anc)
-        fwd = apply(graphdef, params, tree.tokens, positions, anc, s.cache, hidden_ids=hidden_ids)
-        if greedy:
-            res = verify_greedy(tree, fwd.logits, anc)
-        else:
-            logp = sampling_logprobs(fwd.logits, sampling)
-            res = verify_sampling(tree, logp, step_keys(key, 2), drafter.max_children, anc)
-        # keep the root and the accepted path's K/V; inactive rows keep nothing
-        cache = fwd.cache.compact(res.path, jnp.where(active, res.num_accepted + 1, 0))
-        idx = jnp.arange(n)[None, :]
-        count = res.num_accepted + 1
-        is_stop = jnp.isin(res.new_tokens, stop_ids) & (idx < count[:, None])
-        has_stop = jnp.any(is_stop, axis=1)
-        upto = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)
-        room = budgets - s.generated
-        take = jnp.where(active, jnp.minimum(upto, room), 0)
-        out = _write_rows(s.out, jnp.where(idx < take[:, None], res.new_tokens, -1), s.generated)
-        history = _write_rows(s.history, res.new_tokens, s.hist_len)
+        tree, anc, fwd = tree_forward(graphdef, hidden_ids, params, tree, s.root, s.cache)
+        c = verify_commit(greedy, drafter.max_children, tree, anc, fwd.logits, fwd.cache, s.out, s.history,
+                          s.hist_len, s.generated, s.done, s.stopped, budgets, sampling, stop_ids, key)
         feats = s.features
         if collect:  # the accepted path's hidden states, at the root's history position onward
-            path_hidden = jnp.take_along_axis(fwd.hidden, res.path[:, :, None, None], axis=1)
-            feats = _write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, hist_size))
-        hist_len = s.hist_len + take
-        generated = s.generated + take
-        hit = active & has_stop & (upto <= room)
-        new_ctx = DraftContext(history, hist_len, res.bonus, cache.lengths)
-        dstate = drafter.update(drafter_params, dstate, new_ctx, res, fwd.hidden)
-        return SpecState(s.step + 1, res.bonus, generated, out, s.done | hit | (generated >= budgets),
-                         s.stopped | hit, cache, history, hist_len, dstate, s.forwards + active, feats)
+            path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
+            feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, hist_size))
+        dstate = drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden)
+        return SpecState(s.step + 1, c.result.bonus, c.generated, c.out, c.done, c.stopped, c.cache, c.history,
+                         c.hist_len, dstate, s.forwards + active, feats)
 
     final = jax.lax.while_loop(cond, body, state)
     out = LoopOutput(final.out, final.generated, final.stopped, final.forwards)

@@ -18,9 +18,8 @@ warm-up call:
                   forward, the cache advance, sampling and the output write (at the cache_len
                   given: for a speculative method, its own loop's)
 
-`_propose`, `_tree_forward` and `_verify_commit` mirror the body of `spec_loop`
-(decoding/speculative.py) rather than share its code: a change to that loop body must be mirrored
-here.
+The phases are the loops' own functions (`tree_forward`, `verify_commit` of
+decoding/speculative.py, `ar_step` of decoding/autoregressive.py), so what is timed is what runs.
 
 Inputs are realistic: the real prefill of the batch's prompt tokens, `drafter.init_state`, a real
 `propose` giving a real tree, a real tree forward and verification giving a real `VerifyResult`
@@ -51,14 +50,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specblock_jax.decoding.autoregressive import ar_step
 from specblock_jax.decoding.compiled import cached_count, compiled, release
 from specblock_jax.decoding.prefill import prefill, step_keys
-from specblock_jax.decoding.sampling import SamplingParams, sample, sampling_logprobs
+from specblock_jax.decoding.sampling import SamplingParams
+from specblock_jax.decoding.speculative import tree_forward, verify_commit, write_rows
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.models.kv_cache import KVCache
-from specblock_jax.models.transformer import apply
-from specblock_jax.trees.tree import ancestor_mask, depths
-from specblock_jax.trees.verify import verify_greedy, verify_sampling
 
 PHASES = ("propose", "update", "tree_forward", "verify", "forward_1")
 DRAFT_PHASES = ("propose", "update")
@@ -86,51 +84,6 @@ def _advance_state(state, offset):
     return state
 
 
-def _tree_forward(graphdef, hidden_ids, params, tokens, parents, root, cache):
-    """spec_loop's target forward over the tree (the root written into node 0): (the tree's
-    tokens with the root, its ancestor mask (built once, the verifier reuses it), logits, hidden
-    states, cache)."""
-    tokens = tokens.at[:, 0].set(root)
-    anc = ancestor_mask(parents)
-    positions = cache.lengths[:, None] + depths(anc)
-    fwd = apply(graphdef, params, tokens, positions, anc, cache, hidden_ids=hidden_ids)
-    return tokens, anc, fwd.logits, fwd.hidden, fwd.cache
-
-
-def _verify_commit(greedy, max_children, tree, anc, logits, cache, out, history, hist_len, generated, done,
-                   stopped, budgets, sampling, stop_ids, key):
-    """spec_loop's verification and commit (everything after the tree forward but `update`)."""
-    n = tree.tokens.shape[1]
-    active = ~done
-    if greedy:
-        res = verify_greedy(tree, logits, anc)
-    else:
-        logp = sampling_logprobs(logits, sampling)
-        res = verify_sampling(tree, logp, step_keys(key, 2), max_children, anc)
-    cache = cache.compact(res.path, jnp.where(active, res.num_accepted + 1, 0))
-    idx = jnp.arange(n)[None, :]
-    count = res.num_accepted + 1
-    is_stop = jnp.isin(res.new_tokens, stop_ids) & (idx < count[:, None])
-    has_stop = jnp.any(is_stop, axis=1)
-    upto = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)
-    room = budgets - generated
-    take = jnp.where(active, jnp.minimum(upto, room), 0)
-    out = _write_rows(out, jnp.where(idx < take[:, None], res.new_tokens, -1), generated)
-    history = _write_rows(history, res.new_tokens, hist_len)
-    hist_len = hist_len + take
-    generated = generated + take
-    hit = active & has_stop & (upto <= room)
-    new_ctx = DraftContext(history, hist_len, res.bonus, cache.lengths)
-    return (res, new_ctx, cache, out, history, hist_len, generated, done | hit | (generated >= budgets),
-            stopped | hit)
-
-
-def _write_rows(buf, rows, starts):
-    def write(b, r, s):
-        return jax.lax.dynamic_update_slice(b, r.astype(b.dtype), (s,) + (0,) * (b.ndim - 1))
-    return jax.vmap(write)(buf, rows, starts)
-
-
 def _propose(drafter, drop_probs, params, state, ctx, key):
     tree, state = drafter.propose(params, state, ctx, step_keys(key, 1))
     if drop_probs:  # as spec_loop: greedy verification never reads q, so XLA drops what built it
@@ -140,22 +93,6 @@ def _propose(drafter, drop_probs, params, state, ctx, key):
 
 def _update(drafter, params, state, ctx, result, hidden):
     return drafter.update(params, state, ctx, result, hidden)
-
-
-def _ar_step(graphdef, max_new, params, last, cache, generated, out, done, stopped, budgets, sampling,
-             stop_ids, key):
-    """The body of autoregressive.py's loop: one-token forward, advance, sample, write."""
-    b = last.shape[0]
-    one = jnp.ones((b, 1, 1), bool)
-    fwd = apply(graphdef, params, last[:, None], cache.lengths[:, None], one, cache)
-    active = ~done
-    cache = fwd.cache.advance(active.astype(jnp.int32))
-    nxt = sample(key, fwd.logits[:, 0], sampling)
-    write = active[:, None] & (jnp.arange(max_new)[None, :] == generated[:, None])
-    generated = generated + active
-    hit = active & jnp.isin(nxt, stop_ids)
-    return nxt, cache, generated, jnp.where(write, nxt[:, None], out), done | hit | (generated >= budgets), \
-        stopped | hit
 
 
 def _setup(graphdef, cfg, drafter, cache_len, max_new, params, dparams, tokens, lengths, budgets, sampling,
@@ -171,7 +108,7 @@ def _setup(graphdef, cfg, drafter, cache_len, max_new, params, dparams, tokens, 
     cache = pre.cache.advance(offset)
     generated = jnp.minimum(1 + offset, jnp.maximum(budgets - 1, 1)).astype(jnp.int32)
     history = jnp.zeros((b, p + max_new + n), jnp.int32).at[:, :p].set(tokens)
-    history = _write_rows(history, pre.first[:, None], lengths)
+    history = write_rows(history, pre.first[:, None], lengths)
     ctx = DraftContext(history, lengths + 1 + offset, pre.first, cache.lengths)
     dstate = ()
     if drafter is not None:
@@ -290,18 +227,16 @@ def _measure(target, drafter, dparams, tokens, lengths, budgets, sampling, stop_
         if shape.draft_probs is not None:
             by_greedy.add("propose")
         tree, dstate = run("propose", _propose, (drafter, drop), (dparams, s.dstate, s.ctx, s.key), (1,))
-        rooted, anc, logits, hidden, fwd_cache = run(
-            "tree_forward", _tree_forward, (graphdef, tuple(drafter.hidden_ids)),
-            (params, tree.tokens, tree.parents, s.ctx.root, s.cache), (4,))
-        tree = tree._replace(tokens=rooted)
-        res, new_ctx, *_ = run("verify", _verify_commit, (greedy, drafter.max_children),
-                               (tree, anc, logits, fwd_cache, s.out, s.history, s.ctx.hist_len, s.generated,
-                                s.done, s.done, budgets, sampling, stop_ids, s.key), (3, 4, 5))
+        tree, anc, fwd = run("tree_forward", tree_forward, (graphdef, tuple(drafter.hidden_ids)),
+                             (params, tree, s.ctx.root, s.cache), (3,))
+        c = run("verify", verify_commit, (greedy, drafter.max_children),
+                (tree, anc, fwd.logits, fwd.cache, s.out, s.history, s.ctx.hist_len, s.generated,
+                 s.done, s.done, budgets, sampling, stop_ids, s.key), (3, 4, 5))
         if "update" in todo:
-            run("update", _update, (drafter,), (dparams, dstate, new_ctx, res, hidden), (1,))
+            run("update", _update, (drafter,), (dparams, dstate, c.ctx, c.result, fwd.hidden), (1,))
     if "forward_1" in todo:
         out = jnp.full((tokens.shape[0], max_new), -1, jnp.int32)
-        run("forward_1", _ar_step, (graphdef, max_new),
+        run("forward_1", ar_step, (graphdef, max_new),
             (params, s.ctx.root, s.cache, s.generated, out, s.done, s.done, budgets, sampling, stop_ids, s.key),
             (2, 4))
     for phase, exe, args, donate in runs:

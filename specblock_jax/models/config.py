@@ -98,6 +98,10 @@ class ModelConfig:
     # engine setting, never in config.json: "bucketed" = cache attention costs what the sequence is
     # long (models/attention.py), "full" = it always spans the static cache (the reference path)
     attention: str = "bucketed"
+    # engine setting, never in config.json: layers the `lax.scan` over layers runs per iteration
+    # (models/transformer.py; 1 = a rolled loop, compile time flat in depth; num_layers = fully
+    # unrolled). Applies to cacheless forwards (training); the decode loops always roll.
+    scan_unroll: int = 1
 
     def __post_init__(self):
         if self.family not in _FAMILY_TO_ARCH:
@@ -106,6 +110,8 @@ class ModelConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
+        if self.scan_unroll < 1:
+            raise ValueError(f"scan_unroll must be >= 1, got {self.scan_unroll}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"

@@ -47,7 +47,8 @@ class HFWeight:
 
 
 def hf_weights(cfg: ModelConfig) -> dict[tuple, HFWeight]:
-    """Our param path (tuple of keys) -> its HF tensor."""
+    """Our param path (tuple of keys) -> its HF tensor. Layer i's weights are ("layers", i, ...):
+    slice i of the stacked ("layers", ...) parameter (see `_stacked_path`)."""
     h, f, v = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
     q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
     out = {("embed_tokens",): HFWeight("model.embed_tokens.weight", (v, h), False),
@@ -96,6 +97,13 @@ def _unflatten(flat: dict[tuple, object]) -> dict:
             node = node.setdefault(k, {})
         node[path[-1]] = v
     return tree
+
+
+def _stacked_path(path: tuple) -> tuple[tuple, int | None]:
+    """("layers", i, *rest) -> (("layers", *rest), i); any other path -> (path, None)."""
+    if path[0] == "layers":
+        return ("layers",) + path[2:], path[1]
+    return path, None
 
 
 def _tensor_files(path: Path) -> list[Path]:
@@ -149,7 +157,9 @@ def load_target(path: str | os.PathLike, dtype: str | None = None, tokenizer: bo
                     bad_shapes.append(f"{name}: {tuple(x.shape)} != expected {wanted[ours].hf_shape}")
                     bad_names.add(name)
                     continue
-                loaded[ours] = jnp.asarray(wanted[ours].to_ours(x, shapes[ours]).astype(cfg.dtype))
+                stacked, layer = _stacked_path(ours)
+                shape = shapes[stacked] if layer is None else shapes[stacked][1:]
+                loaded[ours] = wanted[ours].to_ours(x, shape).astype(cfg.dtype)
     missing = sorted(w.name for p, w in wanted.items() if p not in loaded and w.name not in bad_names)
     problems = []
     if bad_shapes:
@@ -160,8 +170,14 @@ def load_target(path: str | os.PathLike, dtype: str | None = None, tokenizer: bo
         problems.append(f"unexpected tensors ({len(unexpected)}): {sorted(unexpected)}")
     if problems:
         raise CheckpointError(f"{path}: " + " | ".join(problems))
+    params = {}
+    for p in shapes:  # stack the layers' slices in layer order
+        if p[0] == "layers":
+            params[p] = jnp.asarray(np.stack([loaded[(p[0], i) + p[1:]] for i in range(cfg.num_layers)]))
+        else:
+            params[p] = jnp.asarray(loaded[p])
     tok = load_tokenizer(path) if tokenizer else None
-    return Target(cfg, graphdef, _unflatten(loaded), tok)
+    return Target(cfg, graphdef, _unflatten(params), tok)
 
 
 def load_tokenizer(path: str | os.PathLike):
@@ -186,10 +202,14 @@ def save_target(
     dtype = dtype or cfg.dtype
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    flat = _flatten(target.params)
+    flat = {p: np.asarray(jax.device_get(x)) for p, x in _flatten(target.params).items()}
     np_dtype = jnp.dtype(dtype)
-    tensors = {w.name: w.to_hf(np.asarray(jax.device_get(flat[p])).astype(np_dtype))
-               for p, w in hf_weights(cfg).items()}
+
+    def ours(p):
+        stacked, layer = _stacked_path(p)
+        return flat[stacked] if layer is None else flat[stacked][layer]
+
+    tensors = {w.name: w.to_hf(ours(p).astype(np_dtype)) for p, w in hf_weights(cfg).items()}
     shards: list[dict[str, np.ndarray]] = [{}]
     size = 0
     for name, x in tensors.items():

@@ -1,6 +1,6 @@
 """Static-shape KV cache with per-sequence lengths.
 
-One k and one v buffer per layer, each [B, S, K, D] (S = max_len fixed at creation); `lengths[b]`
+One k and one v buffer for all layers, each [L, B, S, K, D] (S = max_len fixed at creation); `lengths[b]`
 counts the committed slots of sequence b. A forward writes its T new tokens at slots
 lengths[b] .. lengths[b] + T - 1 without advancing `lengths`; the caller then commits them with
 `advance` (plain decoding) or keeps a chosen subset with `compact` (tree verification).
@@ -18,17 +18,17 @@ from specblock_jax.models.config import ModelConfig
 
 
 class KVCache(NamedTuple):
-    k: tuple[jax.Array, ...]  # per layer [B, S, K, D]
-    v: tuple[jax.Array, ...]  # per layer [B, S, K, D]
+    k: jax.Array  # [L, B, S, K, D]
+    v: jax.Array  # [L, B, S, K, D]
     lengths: jax.Array  # [B] int32, committed slots per sequence
 
     @property
     def max_len(self) -> int:
-        return self.k[0].shape[1]
+        return self.k.shape[2]
 
     @property
     def batch_size(self) -> int:
-        return self.k[0].shape[0]
+        return self.k.shape[1]
 
     def advance(self, n: jax.Array) -> "KVCache":
         """Commits n [B] (or scalar) freshly written slots per sequence."""
@@ -44,27 +44,20 @@ class KVCache(NamedTuple):
         """
         src = self.lengths[:, None] + keep.astype(jnp.int32)  # [B, M]
 
-        def move(buf):
-            rows = jnp.take_along_axis(buf, src[:, :, None, None], axis=1)  # gather first
-            return jax.vmap(lambda c, x, s: jax.lax.dynamic_update_slice(c, x, (s, 0, 0)))(
-                buf, rows, self.lengths
-            )
+        def move(buf):  # [L, B, S, K, D]
+            rows = jnp.take_along_axis(buf, src[None, :, :, None, None], axis=2)  # gather first
+            put = jax.vmap(lambda c, x, s: jax.lax.dynamic_update_slice(c, x, (0, s, 0, 0)),
+                           in_axes=(1, 1, 0), out_axes=1)
+            return put(buf, rows, self.lengths)
 
-        return KVCache(
-            tuple(move(b) for b in self.k), tuple(move(b) for b in self.v), self.lengths + count
-        )
+        return KVCache(move(self.k), move(self.v), self.lengths + count)
 
 
 def init_cache(cfg: ModelConfig, batch_size: int, max_len: int, dtype=None) -> KVCache:
     """An empty cache (zeros, lengths 0). dtype defaults to the model's compute dtype."""
     dtype = dtype or jnp.dtype(cfg.dtype)
-    shape = (batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
-    zeros = lambda: jnp.zeros(shape, dtype)  # noqa: E731  (one distinct buffer per call)
-    return KVCache(
-        tuple(zeros() for _ in range(cfg.num_layers)),
-        tuple(zeros() for _ in range(cfg.num_layers)),
-        jnp.zeros((batch_size,), jnp.int32),
-    )
+    shape = (cfg.num_layers, batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
+    return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch_size,), jnp.int32))
 
 
 def cache_mask(new_mask: jax.Array, lengths: jax.Array, max_len: int) -> jax.Array:

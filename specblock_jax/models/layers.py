@@ -78,15 +78,23 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 # ---------------------------------------------------------------------- attention
 
 
-def write_kv(cache_layer: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Array:
-    """Writes new [B, T, K, D] into cache_layer [B, S, K, D] at slot starts[b] of each sequence.
+def write_kv(cache: jax.Array, new: jax.Array, starts: jax.Array, layer: jax.Array | None = None
+             ) -> jax.Array:
+    """Writes new [B, T, K, D] at slot starts[b] of each sequence, into cache [B, S, K, D], or into
+    layer `layer` of a stacked cache [L, B, S, K, D] (in place inside a scan over layers).
 
     The caller guarantees starts[b] + T <= S (dynamic_update_slice would clamp otherwise).
     """
-    def one(c, x, s):
-        return jax.lax.dynamic_update_slice(c, x.astype(c.dtype), (s, 0, 0))
+    new = new.astype(cache.dtype)
+    if layer is not None:  # a scatter of the B x T new rows, in place (no copy of the layer)
+        b, t = new.shape[:2]
+        slots = starts[:, None] + jnp.arange(t, dtype=starts.dtype)[None, :]  # [B, T]
+        return cache.at[layer, jnp.arange(b)[:, None], slots].set(new, mode="promise_in_bounds")
 
-    return jax.vmap(one)(cache_layer, new, starts)
+    def one(c, x, s):
+        return jax.lax.dynamic_update_slice(c, x, (s, 0, 0))
+
+    return jax.vmap(one)(cache, new, starts)
 
 
 class Attention(nnx.Module):
@@ -109,10 +117,11 @@ class Attention(nnx.Module):
         self.bias = cfg.attention_bias
         self.qk_norm = cfg.qk_norm
 
-    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None):
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None):
         """x [B, T, H]; mask [B, T, S] over the cache (S slots) or [B, T, T] without one.
 
-        kv_cache: (k, v) each [B, S, K, D] or None; the new K/V are written at starts [B].
+        kv_cache: (k, v) each [B, S, K, D], or stacked [L, B, S, K, D] with this layer's index
+        `layer` [] int32, or None; the new K/V are written at starts [B].
         kv_len [] int32 or None: no query sees a cache slot >= kv_len (attention then costs what
         the sequence is long, models/attention.py). Returns (out [B, T, H], updated (k, v) or None).
         """
@@ -125,8 +134,8 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if kv_cache is not None:
-            k_all, v_all = write_kv(kv_cache[0], k, starts), write_kv(kv_cache[1], v, starts)
-            kv_cache = (k_all, v_all)
+            kv_cache = (write_kv(kv_cache[0], k, starts, layer), write_kv(kv_cache[1], v, starts, layer))
+            k_all, v_all = kv_cache if layer is None else (kv_cache[0][layer], kv_cache[1][layer])
         else:
             k_all, v_all = k, v
         out = jnp.einsum("btnd,ndh->bth", attend_prefix(q, k_all, v_all, mask, kv_len), self.o_proj[...])
@@ -156,8 +165,8 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, dtype, rngs)
 
-    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None):
-        a, kv_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, starts, kv_len)
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None):
+        a, kv_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, starts, kv_len, layer)
         x = x + a
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, kv_cache

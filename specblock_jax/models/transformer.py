@@ -4,6 +4,11 @@
 `params` is a plain nested dict of arrays, and `apply(graphdef, params, ...)` is the only forward:
 causal prefill, one-token decode, tree verification and block drafting all differ only in the
 `mask` and `positions` they pass.
+
+The L decoder layers are one stacked module (every weight has a leading [L] axis) run by
+`jax.lax.scan`, so compilation does not grow with depth; the KV cache is
+stacked the same way ([L, B, S, K, D]) and rides in the scan's carry, each layer writing its new
+entries in place (scripts/scan_vs_unrolled.py measures compile time and decode speed).
 """
 
 from __future__ import annotations
@@ -25,6 +30,14 @@ class ForwardOutput(NamedTuple):
     cache: KVCache | None  # new K/V written at lengths[b]..; lengths NOT advanced
 
 
+def stacked_layers(cfg: ModelConfig, dtype, rngs: nnx.Rngs) -> DecoderLayer:
+    """cfg.num_layers decoder layers as one module whose weights have a leading [L] axis. Drawn
+    one layer after another, so a seed gives the same weights as L separate layers would."""
+    layers = [DecoderLayer(cfg, dtype, rngs) for _ in range(cfg.num_layers)]
+    graphdef = nnx.graphdef(layers[0])
+    return nnx.merge(graphdef, jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.state(x) for x in layers]))
+
+
 class Transformer(nnx.Module):
     """Qwen3 / Llama-3 decoder: embed -> L pre-norm layers -> final norm -> LM head."""
 
@@ -32,7 +45,7 @@ class Transformer(nnx.Module):
         dtype = jnp.dtype(cfg.dtype)
         self.cfg = cfg
         self.embed_tokens = normal_param(rngs, (cfg.vocab_size, cfg.hidden_size), dtype)
-        self.layers = nnx.List([DecoderLayer(cfg, dtype, rngs) for _ in range(cfg.num_layers)])
+        self.layers = stacked_layers(cfg, dtype, rngs)
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         if not cfg.tie_word_embeddings:
             self.lm_head = normal_param(rngs, (cfg.hidden_size, cfg.vocab_size), dtype)
@@ -59,21 +72,30 @@ class Transformer(nnx.Module):
                 kv_len = jnp.max(cache.lengths) + tokens.shape[1]
         else:
             full_mask, starts = mask, None
-        hidden = {}  # HF hidden_states index -> [B, T, H]
-        new_k, new_v = [], []
-        for i, layer in enumerate(self.layers):
-            if i in hidden_ids:
-                hidden[i] = x
-            layer_cache = None if cache is None else (cache.k[i], cache.v[i])
-            x, layer_cache = layer(x, cos, sin, full_mask, layer_cache, starts, kv_len)
-            if cache is not None:
-                new_k.append(layer_cache[0])
-                new_v.append(layer_cache[1])
+        taps = tuple(i for i in hidden_ids if i < cfg.num_layers)  # layer inputs to keep
+        tap_ids = jnp.asarray(taps, jnp.int32)
+        layer_def, layer_params = nnx.split(self.layers)
+
+        def body(carry, xs):
+            x, kv, kept = carry
+            params, i = xs
+            layer = nnx.merge(layer_def, params)
+            if taps:  # kept[j] = the input of layer taps[j]
+                kept = jnp.where((tap_ids == i)[:, None, None, None], x[None], kept)
+            x, kv = layer(x, cos, sin, full_mask, kv, starts, kv_len, None if kv is None else i)
+            return (x, kv, kept), None
+
+        kv = None if cache is None else (cache.k, cache.v)
+        kept = jnp.zeros((len(taps),) + x.shape, x.dtype) if taps else None
+        index = jnp.arange(cfg.num_layers, dtype=jnp.int32)
+        unroll = 1 if cache is not None else min(cfg.scan_unroll, cfg.num_layers)
+        (x, kv, kept), _ = jax.lax.scan(body, (x, kv, kept), (layer_params, index), unroll=unroll)
         x = self.norm(x)
+        hidden = {i: kept[j] for j, i in enumerate(taps)}  # HF hidden_states index -> [B, T, H]
         if cfg.num_layers in hidden_ids:
             hidden[cfg.num_layers] = x
         if cache is not None:
-            cache = KVCache(tuple(new_k), tuple(new_v), cache.lengths)
+            cache = KVCache(kv[0], kv[1], cache.lengths)
         logits = None
         if compute_logits:
             if logit_indices is not None:

@@ -11,7 +11,7 @@ Logical axes name what a dimension *is*; `LOGICAL_TO_MESH` says which mesh axis 
     embed     -> data    (the hidden dimension of *parameters*: FSDP; only when fsdp=True)
     vocab, heads, kv_heads, mlp -> model   (tensor parallelism, Megatron style: column-parallel
                                             q/k/v/gate/up, row-parallel o/down, vocab-split head)
-    head_dim, seq, anything else -> replicated
+    head_dim, seq, layers, anything else -> replicated
 A dimension is split only when its size divides by the mesh axis size (else it is replicated:
 e.g. 2 kv heads on a 4-way model axis), and an FSDP split is skipped for parameters smaller than
 `fsdp_min_size` elements. Embedding tables [V, H] are split over the vocabulary only, never FSDP:
@@ -54,12 +54,12 @@ PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
 )
 
 # Activations and caches (logical axes per dimension, used by `constrain` / the plan's helpers).
-KV_CACHE_AXES = ("batch", "seq", "kv_heads", "head_dim")  # one [B, S, K, D] buffer per layer
+KV_CACHE_AXES = ("layers", "batch", "seq", "kv_heads", "head_dim")  # [L, B, S, K, D] for all layers
 TOKENS_AXES = ("batch", "seq")  # [B, T] token ids, masks, decode outputs
 
 LOGICAL_TO_MESH: dict[str, str | None] = {
     "batch": "data", "embed": "data", "vocab": "model", "heads": "model", "kv_heads": "model",
-    "mlp": "model", "head_dim": None, "seq": None,
+    "mlp": "model", "head_dim": None, "seq": None, "layers": None,
 }
 
 
@@ -133,10 +133,15 @@ def path_str(path: tuple) -> str:
 
 
 def param_logical_axes(path: str, ndim: int) -> tuple[str | None, ...]:
-    """Logical axes of the parameter at key path `path` (replicated if no rule matches its rank)."""
+    """Logical axes of the parameter at key path `path` (replicated if no rule matches its rank).
+    The target's stacked layers ("layers/..." with a leading [L] axis) keep that axis whole."""
+    stacked = re.match(r"(.*/)?layers/[a-z]", path) is not None
     for pattern, axes in PARAM_RULES:
-        if re.search(pattern, path) and len(axes) == ndim:
-            return axes
+        if re.search(pattern, path):
+            if len(axes) == ndim:
+                return axes
+            if stacked and len(axes) + 1 == ndim:
+                return ("layers",) + axes
     return (None,) * ndim
 
 
@@ -200,11 +205,14 @@ class ShardingPlan:
         return jax.tree_util.tree_map_with_path(one, tree)
 
     def cache_shardings(self, cache: Any) -> Any:
-        """Shardings for a `KVCache`: k/v [B, S, K, D] (batch over data, kv heads over model),
-        lengths [B] over data."""
+        """Shardings for a `KVCache`: k/v [L, B, S, K, D] (or one layer's [B, S, K, D], as drafters
+        keep; batch over data, kv heads over model), lengths [B] over data."""
         def one(x):
             shape = tuple(np.shape(x))
-            axes = KV_CACHE_AXES if len(shape) == 4 else ("batch",) + (None,) * (len(shape) - 1)
+            if len(shape) in (4, 5):
+                axes = KV_CACHE_AXES[5 - len(shape):]
+            else:
+                axes = ("batch",) + (None,) * (len(shape) - 1)
             return self.sharding(axes, shape)
 
         return jax.tree.map(one, cache)
