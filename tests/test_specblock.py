@@ -298,3 +298,11 @@ def test_update_equals_the_training_forward_at_the_committed_positions(target, t
         _assert_top(state.top, 0, logits)
         np.testing.assert_array_equal(np.asarray(state.cls[0]),
                                       np.asarray(jnp.argmax(model.rank_logits(want, logits), -1)))
+
+
+def test_update_runs_the_smallest_row_bucket_that_holds_the_commit():
+    from specblock_jax.drafters.common import row_buckets, switch_on_rows
+    assert row_buckets(9) == (1, 2, 4, 8, 9) and row_buckets(1) == (1,)
+    for counts, want in (([0, 1], 1), ([3, 1], 4), ([9, 2], 9), ([5], 8), ([2], 2)):
+        got = jax.jit(lambda c: switch_on_rows(c, 9, lambda r: jnp.int32(r)))(jnp.asarray(counts))
+        assert int(got) == want, (counts, want)

@@ -326,6 +326,17 @@ def test_shipped_configs_parse_and_code_defaults_agree_with_them(kind):
     parse_settings(settings_cls, own)
 
 
+@pytest.mark.parametrize("path,kind", [("configs/drafters/eagle3-v2.yaml", "eagle3")])
+def test_variant_configs_use_only_known_keys(path, kind):
+    """A shipped variant YAML (another target, other budgets) sets only run, trainer and kind keys,
+    with values of the right types."""
+    cfg = yaml.safe_load(Path(path).read_text())
+    own = {k: v for k, v in cfg.items() if k not in {**cli.CLI_DEFAULTS, **TRAINER_DEFAULTS}}
+    assert set(own) <= set(cli.kind_defaults(kind)), set(own) - set(cli.kind_defaults(kind))
+    parse_settings(registry.get(kind).task.Settings, own)
+    with_defaults({**cfg, "run_dir": "runs/x"})  # the common keys are well-typed (run_dir: the CLI fills it)
+
+
 def test_builtin_kinds_are_found_by_convention():
     assert registry.kinds(trainable=True) == ["dflash", "eagle3", "specblock"]
     assert set(registry.kinds()) >= {"blockpilot", "dflash", "eagle3", "specblock"}

@@ -163,6 +163,25 @@ class FeatureDrafterTask:
             draft_vocab.save(out_dir, self.vocab)
 
 
+def row_buckets(rows: int) -> tuple[int, ...]:
+    """Row counts an `update` may run at: powers of two below `rows`, then `rows` itself."""
+    out, r = [], 1
+    while r < rows:
+        out.append(r)
+        r *= 2
+    return tuple(out) + (rows,)
+
+
+def switch_on_rows(count: jax.Array, rows: int, fn, *operands):
+    """fn(r, *operands) for the smallest bucket r of `row_buckets(rows)` that holds max(count)
+    ([B] rows each sequence needs), by `lax.switch`: an `update` then runs the rows this step
+    committed instead of the most it could have. Every branch must return the same shapes."""
+    buckets = row_buckets(rows)
+    index = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), jnp.max(count).astype(jnp.int32))
+    branches = [lambda *ops, r=r: fn(r, *ops) for r in buckets]
+    return jax.lax.switch(jnp.minimum(index, len(buckets) - 1), branches, *operands)
+
+
 def settings_fields(settings: Any, names: tuple[str, ...]) -> dict:
     """{name: value} of the dataclass `settings` for `names` (decoding settings of a task)."""
     return {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings) if f.name in names}

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.common import TargetWidths, load_model
+from specblock_jax.drafters.common import TargetWidths, load_model, switch_on_rows
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.layers import DecoderLayer, RMSNorm, normal_param, rope_cos_sin
 from specblock_jax.trees.rank_tree import RankTreeSettings, TopTokens, build_rank_tree
@@ -295,18 +295,23 @@ class SpecBlockDrafter(SpecBlockDecoding):
 
     def update(self, params, state, ctx: DraftContext, result, hidden):
         """Appends the pairs (target feature of each accepted path node, the token after it); the
-        last pair's slots are the first block of the next tree. Only the max_blocks * K + 1 path
-        rows that can be committed run."""
+        last pair's slots are the first block of the next tree. It runs the smallest row bucket
+        (drafters/common.py `switch_on_rows`) that holds the pairs this step committed, at most
+        the max_blocks * K + 1 path rows that can be committed."""
         model = self._model(params)
         rows = min(result.path.shape[1], self.max_blocks * self.config.block_size + 1)
         length = state.length
         count = ctx.cache_len - length  # pairs committed this step (0 for finished rows)
-        path = result.path[:, :rows]
-        feats = model.features(jnp.take_along_axis(hidden, path[:, :, None, None], axis=1))
         size = state.cache[0][0].shape[1]
-        h, caches = self._committed(model, params, state.cache, feats,
-                                    jnp.maximum(result.new_tokens[:, :rows], 0), length, size)
-        last = _take(h, jnp.maximum(count - 1, 0))
+
+        def run(r, caches):
+            path = result.path[:, :r]
+            feats = model.features(jnp.take_along_axis(hidden, path[:, :, None, None], axis=1))
+            h, caches = self._committed(model, params, caches, feats,
+                                        jnp.maximum(result.new_tokens[:, :r], 0), length, size)
+            return _take(h, jnp.clip(count - 1, 0, r - 1)), caches
+
+        last, caches = switch_on_rows(count, rows, run, state.cache)
         top, cls = self._heads(model, last)
         moved = count > 0
         keep = lambda new, old: jnp.where(moved.reshape((-1,) + (1,) * (new.ndim - 1)), new, old)  # noqa: E731
