@@ -12,7 +12,7 @@ from flax import nnx
 import specblock_jax as sbj
 import specblock_jax.drafters.specblock as specblock_module
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer_shift
+from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer_shift, legacy_tree_settings
 from specblock_jax.drafters.specblock_train import (SpecBlockTask, draft_loss, later_block_mask,
                                                     rank_loss, run_blocks)
 from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
@@ -116,6 +116,9 @@ def _paths(tree):
 
 
 def test_rank_tree_branches_gives_up_continues_and_merges_twins():
+    """The public code's rule: a slot drafts slot_topk[class] tokens (its chain token included),
+    the first block's slot 0 root_topk; a give-up stops the alternatives from that slot on (the
+    chain stays); the next block continues from the deepest confident slot."""
     k, v = 4, 16
     # block 1: slot s prefers token 10 + s, then 1, 2, 3, ... (alternatives)
     lp1 = np.full((1, k, v), -9.0, np.float32)
@@ -123,7 +126,8 @@ def test_rank_tree_branches_gives_up_continues_and_merges_twins():
         lp1[0, s, 10 + s] = -0.1
         lp1[0, s, 1:4] = [-2.0, -2.5, -3.0]
     cls1 = jnp.asarray([[0, 1, 0, 3]])  # slot 1 doubtful (ranks 2-4), slot 3 gives up
-    # block 2 (drafted from slot 1's chain node, M = 2): its slot 0 repeats block 1's slot 2 token
+    # block 2 (drafted from slot 1's chain node, M = 2): its slot 0 repeats block 1's slot 2
+    # token; its slot 1 gives up (from there on no alternatives, the chain stays)
     lp2 = np.full((1, 1, k, v), -9.0, np.float32)
     for s in range(k):
         lp2[0, 0, s, [12, 5, 6, 7][s]] = -0.2
@@ -132,21 +136,34 @@ def test_rank_tree_branches_gives_up_continues_and_merges_twins():
     def expand(carry, blk, slot, token, level):
         seen.update(blk=np.asarray(blk).tolist(), slot=np.asarray(slot).tolist(),
                     token=np.asarray(token).tolist(), level=level)
-        return carry, top_tokens(jnp.asarray(lp2), 10), jnp.zeros((1, 1, k), jnp.int32)
+        return carry, top_tokens(jnp.asarray(lp2), 10), jnp.asarray([[[0, 3, 0, 0]]], jnp.int32)
 
-    s = RankTreeSettings(num_nodes=40, max_blocks=2, beam=1, branch=(0, 2, 9, 0), root_branch=1)
+    s = RankTreeSettings(num_nodes=40, max_blocks=2, beam=1, slot_topk=(2, 3, 10, 0), root_topk=2)
     top1 = top_tokens(jax.nn.log_softmax(jnp.asarray(lp1), -1), 10)
     tree, _ = build_rank_tree(s, jnp.asarray([0]), top1, cls1, expand, None)
     assert seen == {"blk": [[0]], "slot": [[1]], "token": [[11]], "level": 2}
-    chain = [(10,), (10, 11), (10, 11, 12), (10, 11, 12, 13)]
-    alts = [(1,), (10, 1), (10, 2)]  # slot 0: root_branch 1; slot 1 (class 1): 2; slot 3 gives up
-    block2 = [(10, 11, 12), (10, 11, 12, 5), (10, 11, 12, 5, 6), (10, 11, 12, 5, 6, 7)]  # first merged
+    chain = [(10,), (10, 11), (10, 11, 12), (10, 11, 12, 13)]  # the give-up slot's chain token stays
+    # slot 0: root_topk 2; slot 1 (class 1): 3 tokens; slot 2 (class 0): 2 tokens; slot 3 gives up
+    alts = [(1,), (10, 1), (10, 2), (10, 11, 1)]
+    # block 2: its first token merges into its twin (10, 11, 12); slot 0 (class 0) keeps one
+    # alternative (token 0: the best of the rest); slots 1-3 none (give-up at slot 1)
+    block2 = [(10, 11, 12, 5), (10, 11, 12, 5, 6), (10, 11, 12, 5, 6, 7), (10, 11, 0)]
     assert _paths(tree) == set(chain + alts + block2)
     # the same tree with the rank head off: 2 alternatives everywhere, next block from slot 3
     s_fixed = RankTreeSettings(num_nodes=40, max_blocks=2, rank_tree=False, fixed_branch=2)
     tree, _ = build_rank_tree(s_fixed, jnp.asarray([0]), top1, cls1, expand, None)
     assert seen["slot"] == [[3]] and seen["token"] == [[13]]
     assert len(_paths(tree)) == 4 * 3 + 4 * 3
+
+
+def test_tree_settings_are_checked_and_old_folders_convert():
+    with pytest.raises(ValueError, match="slot_topk"):
+        RankTreeSettings(slot_topk=(0, 4, 10, 0))
+    with pytest.raises(ValueError, match="root_topk"):
+        RankTreeSettings(root_topk=0)
+    # folders written before counted alternatives: (0, 3, 9, 0) alternatives = (1, 4, 10, 0) tokens
+    got = legacy_tree_settings({"branch": [0, 3, 9, 0], "root_branch": 3, "num_nodes": 16})
+    assert got == {"slot_topk": (1, 4, 10, 0), "root_topk": 4, "num_nodes": 16}
 
 
 # ------------------------------------------------------------------ drafter on a tiny target
@@ -253,7 +270,7 @@ def test_save_and_load_round_trip_with_overrides(target, task, tmp_path):
     drafter, _ = task.decoding_drafter(params)
     sbj.save_drafter(drafter, params, tmp_path, dtype="float32")
     loaded, loaded_params = sbj.load_drafter(tmp_path, target, rank_tree=False)
-    assert loaded.config == drafter.config and loaded.branch == drafter.branch
+    assert loaded.config == drafter.config and loaded.slot_topk == drafter.slot_topk
     assert loaded.rank_tree is False and drafter.rank_tree is True
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(loaded_params["draft"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -174,14 +174,15 @@ def _take(x, index):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SpecBlockDecoding:
     """SpecBlock's tree settings (see trees/rank_tree.py): node budget incl. the root, blocks per
-    path, leaves drafted from per later level, alternatives per rank class (1, 2-4, 5-10, give up),
-    slot-0 minimum, rank-head branching (false = fixed_branch alternatives at every slot)."""
+    path, leaves drafted from per later level, tokens drafted per rank class (1, 2-4, 5-10, give
+    up; the chain token included, as the public code's RANK_SLOT_TOPK), tokens at the first
+    block's slot 0, rank-head branching (false = fixed_branch alternatives at every slot)."""
 
     num_nodes: int = 16
     max_blocks: int = 2
     beam: int = 1
-    branch: tuple[int, ...] = (0, 3, 9, 0)
-    root_branch: int = 3
+    slot_topk: tuple[int, ...] = (2, 4, 10, 0)
+    root_topk: int = 4
     rank_tree: bool = True
     fixed_branch: int = 2
 
@@ -197,8 +198,8 @@ class SpecBlockDrafter(SpecBlockDecoding):
 
     @property
     def tree(self) -> RankTreeSettings:
-        return RankTreeSettings(self.num_nodes, self.max_blocks, self.beam, tuple(self.branch),
-                                self.root_branch, self.rank_tree, self.fixed_branch)
+        return RankTreeSettings(self.num_nodes, self.max_blocks, self.beam, tuple(self.slot_topk),
+                                self.root_topk, self.rank_tree, self.fixed_branch)
 
     @property
     def max_children(self) -> int:
@@ -322,6 +323,19 @@ class SpecBlockDrafter(SpecBlockDecoding):
 def load_specblock(path, meta, target, dtype, decoding):
     """The `load` of the "specblock" kind (drafters/registry.py)."""
     config, graphdef, params = load_model(path, meta, target, dtype, SpecBlockConfig, SpecBlockModel)
-    settings = {**meta["decoding"], **decoding}
-    settings["branch"] = tuple(settings.get("branch", SpecBlockDrafter.branch))
+    settings = legacy_tree_settings({**meta["decoding"], **decoding})
+    settings["slot_topk"] = tuple(settings.get("slot_topk", SpecBlockDrafter.slot_topk))
     return SpecBlockDrafter(config, graphdef, **settings), params
+
+
+def legacy_tree_settings(settings: dict) -> dict:
+    """Folders written before the public code's branching rule counted alternatives ("branch",
+    alternatives per class; "root_branch" at slot 0): the same tree budget as token counts, the
+    chain token included (the give-up class keeps 0)."""
+    out = dict(settings)
+    if "branch" in out:
+        branch = [int(x) for x in out.pop("branch")]
+        out.setdefault("slot_topk", tuple(b + 1 for b in branch[:-1]) + (branch[-1],))
+    if "root_branch" in out:
+        out.setdefault("root_topk", int(out.pop("root_branch")) + 1)
+    return out

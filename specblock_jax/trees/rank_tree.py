@@ -1,16 +1,21 @@
 """SpecBlock draft trees: blocks of K chained greedy tokens, branched where the rank head doubts.
 
 A block is one drafter forward from a leaf X: K slots whose greedy tokens form a chain under X
-(slot k sits at depth depth(X) + 1 + k). The rank head predicts, per slot, the class of the
-target token's rank in that slot's draft distribution: 0 = rank 1, 1 = ranks 2-4, 2 = ranks 5-10,
-3 = beyond (give up). From those classes (when `rank_tree`):
-  - slot k gets `branch[class]` alternatives (its ranks 2, 3, ... tokens as siblings of the chain
-    node); slot 0 of the first block gets at least `root_branch`;
-  - a give-up at slot k stops the chain after it (no later slots, no alternatives at k);
+(slot k sits at depth depth(X) + 1 + k); the whole chain is a candidate. The rank head predicts,
+per slot, the class of the target token's rank in that slot's draft distribution: 0 = rank 1,
+1 = ranks 2-4, 2 = ranks 5-10, 3 = beyond (give up). From those classes (when `rank_tree`), as the
+public SpecBlock code builds its trees (`RANK_SLOT_TOPK`, benchmarks_hf/algorithms/_specblock_base.py):
+  - slot k drafts its `slot_topk[class]` best tokens, the chain token included (so a confident
+    slot keeps one alternative: (2, 4, 10, 0)); slot 0 of the first block drafts `root_topk`;
+  - a give-up class whose top-k is 0 stops the alternatives from that slot on (in the first block
+    from slot 1 on: slot 0 always drafts root_topk); the chain itself stays a candidate;
   - the next block continues from the deepest confident slot: M = the first slot whose class is
     not 0, plus one unless that class is give-up (M = K when every slot is confident); the
     `beam` best of the chain node at slot M - 1 and its alternatives become the next level's
-    leaves (none when M = 0), drafted together in one batched forward.
+    leaves (none when M = 0), drafted together in one batched forward. (The public code drafts
+    a next block from every slot that branches and every alternative, all at once, then prunes
+    the tree; with a static beam of a few leaves its choice by score would always restart from
+    slot 0 and repeat the chain, so the rank walk's M picks the leaves here.)
 Without the rank head (`rank_tree=False`) every slot gets `fixed_branch` alternatives, nothing
 gives up and the next block continues from the last slot.
 
@@ -55,14 +60,22 @@ class RankTreeSettings:
     num_nodes: int = 16
     max_blocks: int = 2  # blocks along a path (levels); level 1 comes with the verifier update
     beam: int = 1  # leaves drafted from at each later level
-    branch: tuple[int, ...] = (0, 3, 9, 0)  # alternatives per predicted class
-    root_branch: int = 3
+    slot_topk: tuple[int, ...] = (2, 4, 10, 0)  # tokens drafted per predicted class, chain token included
+    root_topk: int = 4  # tokens drafted at slot 0 of the first block
     rank_tree: bool = True
-    fixed_branch: int = 2
+    fixed_branch: int = 2  # alternatives per slot without the rank head
+
+    def __post_init__(self):
+        if len(self.slot_topk) != GIVE_UP + 1 or min(self.slot_topk[:GIVE_UP]) < 1 or self.slot_topk[GIVE_UP] < 0:
+            raise ValueError(f"slot_topk must be {GIVE_UP + 1} counts (>= 1, the give-up class's >= 0), "
+                             f"got {self.slot_topk}")
+        if self.root_topk < 1:
+            raise ValueError(f"root_topk must be >= 1, got {self.root_topk}")
 
     @property
     def width(self) -> int:
-        return max(max(self.branch), self.root_branch) if self.rank_tree else self.fixed_branch
+        """The most alternatives a slot can get."""
+        return max(max(self.slot_topk), self.root_topk) - 1 if self.rank_tree else self.fixed_branch
 
     @property
     def candidates(self) -> int:
@@ -97,23 +110,24 @@ def _level(s: RankTreeSettings, top: TopTokens, cls, parent, parent_score, alive
         tok = jnp.take(token_map, tok)
     slot = jnp.arange(k)
     if s.rank_tree:
-        giveup = cls == GIVE_UP
-        stopped = (jnp.cumsum(giveup, axis=-1) - giveup) > 0  # a give-up strictly before
-        width = jnp.where(giveup, 0, jnp.asarray(s.branch, jnp.int32)[cls])
-        if first:
-            width = width.at[:, :, 0].set(jnp.maximum(width[:, :, 0], s.root_branch))
+        width = jnp.maximum(jnp.asarray(s.slot_topk, jnp.int32)[cls] - 1, 0)  # alternatives per slot
+        giveup = (cls == GIVE_UP) & (s.slot_topk[GIVE_UP] == 0)
+        if first:  # slot 0 of the first block always drafts root_topk
+            giveup = giveup.at[:, :, 0].set(False)
+            width = width.at[:, :, 0].set(s.root_topk - 1)
+        no_alt = jnp.cumsum(giveup, axis=-1) > 0  # at or after a give-up: no alternatives
+        width = jnp.where(no_alt, 0, width)
         doubt = cls != 0
         j = jnp.argmax(doubt, axis=-1)  # first doubtful slot
         cls_j = jnp.take_along_axis(cls, j[..., None], axis=-1)[..., 0]
         m = jnp.where(jnp.any(doubt, axis=-1), j + (cls_j != GIVE_UP), k)
     else:
-        stopped = jnp.zeros((b, p, k), bool)
         width = jnp.full((b, p, k), s.fixed_branch, jnp.int32)
         m = jnp.full((b, p), k, jnp.int32)
     chain = parent_score[..., None] + jnp.cumsum(lp[..., 0], axis=-1)  # [B, P, K]
     before = jnp.concatenate([parent_score[..., None], chain[..., :-1]], axis=-1)
     r = jnp.arange(1 + w)
-    valid = alive[:, :, None, None] & ~stopped[..., None] & (r <= width[..., None])
+    valid = alive[:, :, None, None] & (r <= width[..., None])  # the chain (r = 0) always
     scores = jnp.where(valid, before[..., None] + lp, -jnp.inf)
     scores = scores.at[..., 0].set(jnp.where(valid[..., 0], chain, -jnp.inf))
     chain_idx = offset + ((jnp.arange(p)[:, None] * k + slot[None, :]) * (1 + w))  # [P, K]
