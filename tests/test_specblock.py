@@ -237,17 +237,23 @@ def test_greedy_specblock_decoding_equals_autoregressive(target, task, settings,
     assert drafter.forwards_per_step == drafter.max_blocks
 
 
-def test_sampling_with_specblock_matches_the_target_distribution():
+@pytest.mark.parametrize("settings", [
+    # one block, 7 alternatives per slot and room for all 4 * 8 candidates: every depth-1 token is
+    # a sibling (8 children verified by recursive rejection) with chains below, so drafts get
+    # accepted whatever this untrained drafter prefers
+    {"num_nodes": 33, "max_blocks": 1, "rank_tree": False, "fixed_branch": 7},
+    # the rank-head tree with a second block from 2 leaves (twins merged): all 8 tokens at the
+    # first slot, so drafts still get accepted
+    {"num_nodes": 40, "max_blocks": 2, "beam": 2, "rank_tree": True, "root_topk": 8, "slot_topk": (2, 4, 8, 0)},
+])
+def test_sampling_with_specblock_matches_the_target_distribution(settings):
     """The engine's distribution test (test_speculative.py) with a SpecBlock drafter on V = 8."""
     cfg = sbj.models.config.tiny(vocab_size=8, eos_token_ids=())
     t = sbj.init_target(cfg, seed=5)
     params = dict(t.params)
     params["lm_head"] = params["lm_head"] * 15.0
     small = t.replace(params=params)
-    # one block, 7 alternatives per slot and room for all 4 * 8 candidates: every depth-1 token is
-    # a sibling (8 children verified by recursive rejection) with chains below, so drafts get
-    # accepted whatever this untrained drafter prefers
-    sb_task = SpecBlockTask({"num_nodes": 33, "max_blocks": 1, "rank_tree": False, "fixed_branch": 7}, small)
+    sb_task = SpecBlockTask(settings, small)
     drafter = sb_task.decoding_drafter(sb_task.init_params(jax.random.key(4)))
     prompt, draws = [1, 2, 3], 6000
     counts, res = sampled_pair_counts(small, drafter, 8, prompt, draws)
