@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -33,7 +34,7 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args(argv)
     target = sbj.load_target(args.target)
-    records, _ = read_prompts(args.prompts)
+    records, _ = read_prompts(Path(args.prompts))
     ids = encode_prompts(target, [r["prompt"] for r in records[:args.limit]])
     for method in args.methods.split(","):
         spec = resolve_drafter(cli_method(method, target))
