@@ -325,7 +325,8 @@ def test_update_equals_the_training_forward_at_the_committed_positions(target, t
 
 def test_update_runs_the_smallest_row_bucket_that_holds_the_commit():
     from specblock_jax.drafters.common import row_buckets, switch_on_rows
-    assert row_buckets(9) == (1, 2, 4, 8, 9) and row_buckets(1) == (1,)
-    for counts, want in (([0, 1], 1), ([3, 1], 4), ([9, 2], 9), ([5], 8), ([2], 2)):
+    assert row_buckets(9) == (2, 4, 9) and row_buckets(17) == (2, 4, 8, 17)
+    assert row_buckets(1) == (1,) and row_buckets(2) == (2,)
+    for counts, want in (([0, 1], 2), ([3, 1], 4), ([9, 2], 9), ([5], 9), ([2], 2)):
         got = jax.jit(lambda c: switch_on_rows(c, 9, lambda r: jnp.int32(r)))(jnp.asarray(counts))
         assert int(got) == want, (counts, want)

@@ -164,9 +164,11 @@ class FeatureDrafterTask:
 
 
 def row_buckets(rows: int) -> tuple[int, ...]:
-    """Row counts an `update` may run at: powers of two below `rows`, then `rows` itself."""
-    out, r = [], 1
-    while r < rows:
+    """Row counts an `update` may run at: 2, 4, 8, ... while a bucket is well below `rows` (under
+    4/5 of it), then `rows` itself. Each bucket compiles the update once more, so near-equal
+    sizes are not worth one: 9 rows -> (2, 4, 9)."""
+    out, r = [], 2
+    while r * 5 < rows * 4:
         out.append(r)
         r *= 2
     return tuple(out) + (rows,)
