@@ -116,3 +116,15 @@ def test_shipped_blockpilot_drafter_loads_and_is_lossless():
     ar = sbj.generate(target, prompts, max_new_tokens=32, batch_size=4)
     spec = sbj.generate(target, prompts, drafter=(drafter, params), max_new_tokens=32, batch_size=4)
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
+
+
+def test_specblock_train_runs_the_blockpilot_cli(capsys):
+    from train import cli
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["blockpilot", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: specblock-train blockpilot") and "{labels,train}" in out
+    with pytest.raises(SystemExit) as exit_info:  # its own arguments, checked by its parser
+        cli.main(["blockpilot", "labels", "--prompts", "p.jsonl"])
+    assert exit_info.value.code == 2 and "--out" in capsys.readouterr().err

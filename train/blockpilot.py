@@ -212,8 +212,8 @@ def train_cmd(args) -> None:
     print(json.dumps(report, indent=2))
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(prog="python -m train.blockpilot", description=__doc__.split("\n")[0])
+def main(argv=None, prog: str = "python -m train.blockpilot") -> None:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     lab = sub.add_parser("labels")
     lab.add_argument("--target", default="assets/target")

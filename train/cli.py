@@ -2,8 +2,10 @@
 
     specblock-train target --config configs/target/reference.yaml [key=value ...]
     specblock-train <kind> --config configs/drafters/<kind>.yaml [key=value ...]
+    specblock-train blockpilot {labels,train} [--config configs/drafters/blockpilot.yaml] [...]
 
-`target` runs `train.train_target`. Any other kind is a drafter kind with a training task in the
+`target` runs `train.train_target`; `blockpilot` runs `train.blockpilot` (its labels and its
+policy, whose options it takes as they are). Any other kind is a drafter kind with a training task in the
 drafter registry (`specblock_jax.drafters.registry`). For a drafter kind the config is the YAML
 merged over `CLI_DEFAULTS`, `trainer.TRAINER_DEFAULTS` (configs/drafters/README.md lists them) and
 the kind's settings dataclass (`Task.Settings`), then the `key=value` overrides, each typed like
@@ -182,7 +184,13 @@ def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str,
 
 
 def main(argv: list[str] | None = None) -> None:
-    kinds = ["target", *registry.kinds(trainable=True)]
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["blockpilot"]:  # BlockPilot's labels and policy: train/blockpilot.py's CLI
+        from train import blockpilot
+
+        blockpilot.main(argv[1:], prog="specblock-train blockpilot")
+        return
+    kinds = ["target", *registry.kinds(trainable=True), "blockpilot"]
     parser = argparse.ArgumentParser(
         prog="specblock-train", description=__doc__.split("\n\n")[0],
         epilog=f"kinds: {', '.join(kinds)}")
