@@ -128,3 +128,15 @@ def test_specblock_train_runs_the_blockpilot_cli(capsys):
     with pytest.raises(SystemExit) as exit_info:  # its own arguments, checked by its parser
         cli.main(["blockpilot", "labels", "--prompts", "p.jsonl"])
     assert exit_info.value.code == 2 and "--out" in capsys.readouterr().err
+
+
+def test_oracle_labels_break_ties_toward_the_training_size():
+    from train.blockpilot import oracle_labels
+    sizes = [4, 8, 16]
+    score = np.asarray([[2.0, 2.0, 2.0],    # three-way tie -> 16 (the training size)
+                        [2.5, 2.5, 1.0],    # 4 and 8 tie -> 8 (nearer 16)
+                        [3.0, 1.0, 1.0],    # a clear winner is kept
+                        [1.0, 2.0, 2.0 - 1e-12]])  # equal within 1e-9 -> 16
+    assert oracle_labels(score, sizes, prefer=16) == [2, 1, 0, 2]
+    assert oracle_labels(score, sizes) == [0, 0, 0, 1]  # no preference: the smaller size
+    assert oracle_labels(np.asarray([[1.0, 1.0, 1.0]]), [12, 14, 18], prefer=16) == [1]  # 14, 18 both 2 away

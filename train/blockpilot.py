@@ -14,7 +14,8 @@ the same command resumes: prompts already written for a size are skipped.
 
 `train` reads the label folders; a prompt's oracle label is the size with the best mean
 acceptance length (`--metric tau`) or the best tau / step cost (`--metric speed`, the tokens/s a
-size would give at batch 1), ties to the smaller size. Features are computed from the target's
+size would give at batch 1), ties to the size nearest the DFlash drafter's training block size
+(then the smaller). Features are computed from the target's
 prefill logits (`specblock_jax.drafters.blockpilot.features`); the MLP trains with AdamW and
 dropout on the train labels, reports accuracy against the oracle labels of `--eval-labels`
 (held-out prompts) and the mean tau the chosen sizes reach there, saves an orbax checkpoint in
@@ -86,11 +87,30 @@ def make_labels(args) -> None:
             wall = sum(g.stats.total_time_s for g in res)
             costs[str(size)] = 1000 * wall / sum(g.stats.target_forwards - 1 for g in res)
             costs_path.write_text(json.dumps(costs, indent=2))
-    print(json.dumps(summarise(out), indent=2))
+    print(json.dumps(summarise(out, training_block_size(args.dflash)), indent=2))
 
 
-def read_labels(folder: Path, metric: str = "tau") -> tuple[list[str], list[int], np.ndarray, list[int]]:
-    """(ids, sizes, tau [prompts, sizes], oracle label index per prompt) of a label folder."""
+def oracle_labels(score: np.ndarray, sizes: list[int], prefer: int | None = None) -> list[int]:
+    """score [prompts, sizes] -> per prompt the index of the best size. Ties (within 1e-9) go to
+    the size nearest `prefer` (the drafter's training block size, as BlockPilot breaks them; then
+    the smaller), or to the smaller size when `prefer` is None."""
+    sizes_arr = np.asarray(sizes)
+    rank = np.abs(sizes_arr - prefer) if prefer is not None else np.zeros(len(sizes))
+    order = np.lexsort((sizes_arr, rank))  # candidates in tie-break order
+    best = score.max(axis=1, keepdims=True)
+    tied = score >= best - 1e-9  # [prompts, sizes]
+    return [int(order[np.argmax(row[order])]) for row in tied]
+
+
+def training_block_size(dflash_dir: str | Path) -> int:
+    """The block size the DFlash drafter in `dflash_dir` was trained with."""
+    return int(json.loads((Path(dflash_dir) / "config.json").read_text())["config"]["block_size"])
+
+
+def read_labels(folder: Path, metric: str = "tau", prefer: int | None = None
+                ) -> tuple[list[str], list[int], np.ndarray, list[int]]:
+    """(ids, sizes, tau [prompts, sizes], oracle label index per prompt) of a label folder; ties
+    go to the size nearest `prefer` (`oracle_labels`)."""
     per_size = {int(p.stem.split("_")[1]): {json.loads(x)["id"]: json.loads(x)["tau"]
                                              for x in p.read_text().splitlines() if x.strip()}
                 for p in folder.glob("size_*.jsonl")}
@@ -101,15 +121,15 @@ def read_labels(folder: Path, metric: str = "tau") -> tuple[list[str], list[int]
     if metric == "speed":
         costs = json.loads((folder / "costs.json").read_text())
         score = tau / np.asarray([costs[str(s)] for s in sizes])
-    return ids, sizes, tau, np.argmax(score, axis=1).tolist()  # argmax: ties -> smaller size
+    return ids, sizes, tau, oracle_labels(score, sizes, prefer)
 
 
-def summarise(folder: Path) -> dict:
+def summarise(folder: Path, prefer: int | None = None) -> dict:
     out = {}
     for metric in ("tau", "speed"):
         if metric == "speed" and not (folder / "costs.json").exists():
             continue
-        ids, sizes, tau, labels = read_labels(folder, metric)
+        ids, sizes, tau, labels = read_labels(folder, metric, prefer)
         out[metric] = {"prompts": len(ids), "label_counts": {s: labels.count(i) for i, s in enumerate(sizes)}}
     out["mean_tau"] = {s: float(tau[:, i].mean()) for i, s in enumerate(sizes)}
     out["oracle_mean_tau"] = float(tau.max(1).mean())
@@ -183,8 +203,8 @@ def train_cmd(args) -> None:
     folders = {"train": Path(args.labels), "eval": Path(args.eval_labels)}
     data = {}
     for split, folder in folders.items():
-        ids, sizes, tau, labels = read_labels(folder, args.metric)
         settings = json.loads((folder / "settings.json").read_text())
+        ids, sizes, tau, labels = read_labels(folder, args.metric, training_block_size(settings["dflash"]))
         recs, _ = read_prompts(Path(settings["prompts"]))
         prompts = {r["id"]: r["prompt"] for r in recs}
         data[split] = (prefill_features(target, prompts, ids, args.features, args.top_k), labels, tau, sizes)
