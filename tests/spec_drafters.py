@@ -22,6 +22,7 @@ class RandomTreeDrafter:
     max_children: int = 4
     keep_prob: float = 0.85
     hidden_ids: tuple[int, ...] = ()
+    per_row_keys: bool = False  # each row's tree from its own key (independent of the batch)
 
     forwards_per_step = property(lambda self: 0)  # no network forwards
 
@@ -48,7 +49,8 @@ class RandomTreeDrafter:
                 probs = probs.at[i].set(q)
             return tokens, parents, raw, probs
 
-        tokens, parents, raw, probs = jax.vmap(one)(jax.random.split(key[0], b), ctx.root)
+        row_keys = key if self.per_row_keys else jax.random.split(key[0], b)
+        tokens, parents, raw, probs = jax.vmap(one)(row_keys, ctx.root)
         valid = jnp.all(~ancestor_mask(parents) | raw[:, None, :], axis=-1)
         tree = DraftTree(tokens, parents, valid, probs if self.stochastic else None)
         return tree, state

@@ -8,19 +8,23 @@ import jax
 import jax.numpy as jnp
 
 from specblock_jax.decoding.prefill import LoopOutput, prefill, step_keys
-from specblock_jax.decoding.sampling import sample
+from specblock_jax.decoding.sampling import SamplingParams, sample
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
 
 
 class ARState(NamedTuple):
-    step: jax.Array  # [] int32 decoding step (the prefill's token was step 0)
+    """The loop's carry, every field per row (the cache [L, B, ...]): see `SpecState`."""
+    step: jax.Array  # [B] int32 the row's decoding step (the prefill's token was step 0)
     last: jax.Array  # [B] int32 the newest token (its K/V is not cached yet)
     generated: jax.Array  # [B] int32 new tokens so far
     out: jax.Array  # [B, max_new] int32 new tokens, -1 padded
     done: jax.Array  # [B] bool: stopped or out of budget
     stopped: jax.Array  # [B] bool: ended on a stop token
     cache: KVCache
+    budgets: jax.Array  # [B] int32 new-token limits
+    sampling: SamplingParams  # [B] per-row settings
+    keys: jax.Array  # [B] PRNG keys, one per request
 
 
 def ar_step(graphdef, max_new, params, last, cache, generated, out, done, stopped, budgets, sampling,
@@ -41,24 +45,40 @@ def ar_step(graphdef, max_new, params, last, cache, generated, out, done, stoppe
             stopped | hit)
 
 
+def ar_start(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling, stop_ids,
+             keys) -> ARState:
+    """The prefill: an `ARState` for the rows of tokens [B, P] (see `ar_loop`)."""
+    pre = prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling, stop_ids, keys, cache_len, max_new)
+    one = jnp.ones((tokens.shape[0],), jnp.int32)
+    return ARState(one, pre.first, one, pre.out, pre.done, pre.stopped, pre.cache, budgets, sampling, keys)
+
+
+def ar_run(graphdef, params, stop_ids, state: ARState, waiting) -> ARState:
+    """Decoding steps until every row is done, or, when waiting ([] bool), until some row is."""
+    max_new = state.out.shape[1]
+
+    def cond(s: ARState):
+        return ~jnp.all(s.done) & ~(waiting & jnp.any(s.done))
+
+    def body(s: ARState) -> ARState:
+        nxt, cache, generated, out, done, stopped = ar_step(
+            graphdef, max_new, params, s.last, s.cache, s.generated, s.out, s.done, s.stopped, s.budgets,
+            s.sampling, stop_ids, step_keys(s.keys, s.step))
+        return s._replace(step=s.step + ~s.done, last=nxt, generated=generated, out=out, done=done,
+                          stopped=stopped, cache=cache)
+
+    return jax.lax.while_loop(cond, body, state)
+
+
+def ar_output(state: ARState) -> LoopOutput:
+    return LoopOutput(state.out, state.generated, state.stopped, state.generated - 1)
+
+
 def ar_loop(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling, stop_ids,
             keys) -> LoopOutput:
     """tokens [B, P] right-padded prompts with lengths [B]; budgets [B] new-token limits;
     stop_ids [S] (-1 = unused); keys [B] PRNG keys, one per sequence. Static: graphdef, cfg,
     cache_len (>= P + max_new), max_new. Returns a `LoopOutput` with tokens [B, max_new]."""
-    b = tokens.shape[0]
-    pre = prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling, stop_ids, keys, cache_len, max_new)
-    state = ARState(jnp.int32(1), pre.first, jnp.ones((b,), jnp.int32), pre.out, pre.done, pre.stopped,
-                    pre.cache)
-
-    def cond(s: ARState):
-        return (s.step < max_new) & ~jnp.all(s.done)  # room for another token, a row still running
-
-    def body(s: ARState) -> ARState:
-        step = ar_step(graphdef, max_new, params, s.last, s.cache, s.generated, s.out, s.done, s.stopped,
-                       budgets, sampling, stop_ids, step_keys(keys, s.step))
-        nxt, cache, generated, out, done, stopped = step
-        return ARState(s.step + 1, nxt, generated, out, done, stopped, cache)
-
-    final = jax.lax.while_loop(cond, body, state)
-    return LoopOutput(final.out, final.generated, final.stopped, final.generated - 1)
+    state = ar_start(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling, stop_ids,
+                     keys)
+    return ar_output(ar_run(graphdef, params, stop_ids, state, jnp.bool_(False)))

@@ -19,6 +19,7 @@ from specblock_jax.decoding.autoregressive import ar_loop
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.methods import resolve_drafter
 from specblock_jax.decoding.prefill import LoopOutput
+from specblock_jax.decoding.refill import Finished, Request, Stream, pow2_at_least
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
 from specblock_jax.decoding.sampling import SamplingParams
 from specblock_jax.decoding.speculative import spec_loop
@@ -100,6 +101,7 @@ def generate(
     adapter: Any = None,
     on_batch: Callable[[list[GenerationResult]], None] | None = None,
     profile: str = "off",
+    refill: bool | None = None,
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
 
@@ -125,7 +127,13 @@ def generate(
     adapter: a `specblock_jax.adaptation.Adapter` built for this drafter: after every batch it
     learns from the verified tokens and may update the drafter's weights (the next batch drafts
     with them); outputs are unchanged. Each result's stats then carry its batch's "adapt" event.
-    on_batch: called after every batch with that batch's results (e.g. to drive a progress bar).
+    on_batch: called after every batch with that batch's results (e.g. to drive a progress bar;
+    with refill, after every return of the loop with the requests that finished in it).
+    refill: continuous batching (decoding/refill.py): a row whose request has finished takes the
+    next waiting request (longest budget first) while the others keep decoding; outputs are
+    unchanged. Default: on for jobs larger than one batch, off under a mesh (where it is not
+    supported yet). With refill, a result's `stats.batch` numbers the loop's returns to the host
+    (segments) and `total_time_s` is the wall time of the segment it finished in.
     """
     spec = resolve_drafter(drafter)
     if profile not in ("off", "draft", "all"):
@@ -166,6 +174,14 @@ def generate(
     else:
         params = target.params
     max_new = max(budget)  # static: one compilation serves every budget up to it
+    if refill is None:
+        refill = mesh is None and len(ids) > bsz
+    if refill:
+        if mesh is not None:
+            raise ValueError("refill: continuous batching does not run under a mesh yet; pass refill=False")
+        _generate_stream(target, spec, ids, budget, temps, top_k, top_p, bsz, max_new, stop_arr, base_key,
+                         adapter, on_batch, profile, results)
+        return results  # type: ignore[return-value]
     num_batches = -(-len(order) // bsz) if bsz else 0
     if layout is not None:
         max_new, num_batches = layout.agree_max(max_new, num_batches)
@@ -204,18 +220,8 @@ def generate(
         # the adapter's history and features stay on the device; the rest comes to the host
         host = LoopOutput(*(jax.device_get(loop[:4]) if layout is None else layout.outputs(loop[:4])))
         wall = time.perf_counter() - t0
-        call_s = 0.0 if layout is None else None  # phases are timed unsharded: skipped under a mesh
-        prof = None
-        if spec is not None and profile == "off":
-            call_s = None
-        elif layout is None and (spec is not None or profile == "all"):
-            d, dparams = spec if spec is not None else (None, ())
-            if adapter is not None:
-                dparams = adapter.params
-            prof = step_profile(target, d, dparams, inputs[0], lengths, max_new=max_new, cache_len=cache_len,
-                                greedy=greedy, budgets=budgets, sampling=sampling, stop_ids=stop_arr, keys=keys,
-                                phases=None if profile == "all" else ("propose", "update"))
-            call_s = draft_seconds_per_step(prof)
+        call_s, prof = (None, None) if layout is not None else _profile(
+            target, spec, adapter, profile, inputs, max_new, cache_len, greedy)
         event = None
         if adapter is not None:
             real = len(chunk)
@@ -228,7 +234,7 @@ def generate(
             new = host.tokens[r, :host.generated[r]].tolist()
             text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer else None
             stats = row_stats(len(ids[i]), new, int(host.forwards[r]), bool(host.stopped[r]), call_s, wall,
-                              compile_s, bsz, start // bsz, event)
+                              compile_s, bsz, start // bsz, event, int(np.max(host.forwards)))
             if profile == "all" and prof is not None:
                 stats.step_profile = dict(prof)
             results[i] = GenerationResult(text, new, stats)
@@ -237,12 +243,77 @@ def generate(
     return results  # type: ignore[return-value]
 
 
+def _profile(target, spec, adapter, profile, inputs, max_new, cache_len, greedy):
+    """(seconds of one batched propose + update or None, the step profile or None) for a batch of
+    `inputs` (tokens, lengths, budgets, sampling, stop_ids, keys); see `generate`'s profile."""
+    if spec is not None and profile == "off":
+        return None, None
+    if spec is None and profile != "all":
+        return 0.0, None
+    d, dparams = spec if spec is not None else (None, ())
+    if adapter is not None:
+        dparams = adapter.params
+    tokens, lengths, budgets, sampling, stop_ids, keys = inputs
+    prof = step_profile(target, d, dparams, tokens, lengths, max_new=max_new, cache_len=cache_len, greedy=greedy,
+                        budgets=budgets, sampling=sampling, stop_ids=stop_ids, keys=keys,
+                        phases=None if profile == "all" else ("propose", "update"))
+    return draft_seconds_per_step(prof), prof
+
+
+def _generate_stream(target, spec, ids, budget, temps, top_k, top_p, bsz, max_new, stop_arr, base_key,
+                     adapter, on_batch, profile, results) -> None:
+    """`generate` with continuous batching: fills `results`."""
+    d, dparams = spec if spec is not None else (None, ())
+    bucket = length_bucket(max(len(t) for t in ids))
+    cache_len = cache_length(bucket, max_new, 0 if d is None else d.num_nodes)
+    greedy = all(t <= 0 for t in temps)
+    order = sorted(range(len(ids)), key=lambda i: (-budget[i], len(ids[i])))  # longest budget first
+    stream = Stream(target, target.params, d, dparams, batch_size=bsz, prompt_bucket=bucket, max_new=max_new,
+                    cache_len=cache_len, greedy=greedy, collect=adapter is not None, top_k=top_k, top_p=top_p,
+                    stop_ids=stop_arr, base_key=base_key, bucket=length_bucket)
+    requests = [Request(i, ids[i], budget[i], temps[i]) for i in order]
+    first = requests[:bsz]
+    tokens, lengths, budgets, sampling, keys = stream.inputs(first, bsz)
+    call_s, prof = _profile(target, spec, adapter, profile, (tokens, lengths, budgets, sampling, stop_arr, keys),
+                            max_new, cache_len, greedy)
+    unfinished = set(order)
+
+    def on_finished(finished: list[Finished], state, rows: list[int]) -> None:
+        for f in finished:
+            unfinished.discard(f.index)
+        event = None
+        if adapter is not None and finished:
+            count = pow2_at_least(len(rows), bsz)  # gathered row counts are bucketed like inserts
+            idx = jnp.asarray(rows + [rows[0]] * (count - len(rows)), jnp.int32)
+            plen = jnp.asarray([len(ids[f.index]) for f in finished] + [len(ids[finished[0].index])] * (count - len(rows)),
+                               jnp.int32)
+            event = adapter.after_batch(
+                state.history[idx], state.hist_len[idx], plen, state.features[idx, :state.history.shape[1]],
+                len(rows), tokens=sum(len(f.tokens) - 1 for f in finished), forwards=sum(f.forwards for f in finished),
+                decode_s=finished[0].segment_wall_s, budget=sum(budget[f.index] for f in finished),
+                remaining_budget=sum(budget[i] for i in unfinished) + adapter.extra_budget)
+        for f in finished:
+            text = target.tokenizer.decode(f.tokens, skip_special_tokens=True) if target.tokenizer else None
+            stats = row_stats(len(ids[f.index]), f.tokens, f.forwards, f.stopped, call_s, f.segment_wall_s,
+                              f.segment_compile_s, bsz, f.segment, event, f.segment_steps)
+            if profile == "all" and prof is not None:
+                stats.step_profile = dict(prof)
+            results[f.index] = GenerationResult(text, f.tokens, stats)
+        if on_batch is not None and finished:
+            on_batch([results[f.index] for f in finished])
+
+    stream.run(requests, on_finished, adapter)
+
+
 def row_stats(prompt_tokens: int, new: list[int], forwards: int, stopped: bool, draft_call_s: float | None,
-              wall: float, compile_s: float, batch_size: int, batch: int, event: dict | None) -> GenerationStats:
+              wall: float, compile_s: float, batch_size: int, batch: int, event: dict | None,
+              batch_steps: int) -> GenerationStats:
     """One row's statistics. tau: tokens committed per decoding forward, bonus included (the
-    prefill's token is not counted, nor is its forward); exactly 1 for autoregressive decoding."""
+    prefill's token is not counted, nor is its forward); exactly 1 for autoregressive decoding.
+    batch_steps: decoding steps its batch (or segment) ran."""
     return GenerationStats(
         prompt_tokens=prompt_tokens, new_tokens=len(new), target_forwards=forwards + 1,
         tau=(len(new) - 1) / forwards if forwards else None, finish_reason="stop" if stopped else "length",
         draft_time_s=None if draft_call_s is None else forwards * draft_call_s, total_time_s=wall,
-        compile_s=compile_s, batch_size=batch_size, batch=batch, adapt=event)
+        compile_s=compile_s, batch_size=batch_size, batch=batch, adapt=event,
+        batch_draft_time_s=None if draft_call_s is None else batch_steps * draft_call_s)

@@ -36,8 +36,10 @@ class LoopOutput(NamedTuple):
 
 
 def step_keys(keys: jax.Array, step) -> jax.Array:
-    """[B] per-row PRNG keys folded with the decoding step (0 = the prefill's token)."""
-    return jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+    """[B] per-row PRNG keys folded with the decoding step: one step for all rows ([] int, 0 = the
+    prefill's token) or each row's own ([B], as continuous batching keeps them)."""
+    step = jnp.asarray(step, jnp.int32)
+    return jax.vmap(jax.random.fold_in, in_axes=(0, None if step.ndim == 0 else 0))(keys, step)
 
 
 def prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling: SamplingParams, stop_ids, keys,

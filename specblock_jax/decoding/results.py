@@ -20,7 +20,8 @@ class GenerationStats:
     finish_reason: str  # "stop" (a stop token) | "length" (the token budget)
     draft_time_s: float | None  # estimated drafting time, propose + update (decoding/step_profile.py);
     # None under a mesh or with generate(profile="off")
-    total_time_s: float  # the batch's decode-loop wall time (compilation excluded)
+    total_time_s: float  # the batch's decode-loop wall time (compilation excluded); with refill,
+    # the wall time of the segment the row finished in (generate's `refill`)
     compile_s: float  # compilation time spent for this batch (0 once warm)
     batch_size: int
     batch: int  # index of the batch in decoding order
@@ -28,6 +29,9 @@ class GenerationStats:
     # with generate(profile="all"): the batch's step profile, {"<phase>_ms": ..., shape}
     # (decoding/step_profile.py)
     step_profile: dict | None = None
+    # estimated drafting time of the whole batch (or refill segment): its decoding steps x one
+    # batched propose + update; None when draft_time_s is
+    batch_draft_time_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (without `adapt` when no adapter ran, without `step_profile` when

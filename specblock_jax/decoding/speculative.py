@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from specblock_jax.decoding.prefill import LoopOutput, prefill, step_keys
-from specblock_jax.decoding.sampling import sampling_logprobs
+from specblock_jax.decoding.sampling import SamplingParams, sampling_logprobs
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
@@ -31,7 +31,9 @@ from specblock_jax.trees.verify import VerifyResult, verify_greedy, verify_sampl
 
 
 class SpecState(NamedTuple):
-    step: jax.Array  # [] int32 decoding step (the prefill's token was step 0)
+    """The loop's carry. Every field is per row ([B, ...]; the cache [L, B, ...]), so continuous
+    batching can put a new request into one row (decoding/refill.py `put_rows`)."""
+    step: jax.Array  # [B] int32 the row's decoding step (the prefill's token was step 0)
     root: jax.Array  # [B] int32 the last committed token (its K/V is not cached yet)
     generated: jax.Array  # [B] int32 new tokens so far
     out: jax.Array  # [B, max_new + N] int32 new tokens, -1 padded
@@ -43,6 +45,9 @@ class SpecState(NamedTuple):
     drafter: Any  # the drafter's state (its own NamedTuple)
     forwards: jax.Array  # [B] int32 verification forwards while the row was running
     features: jax.Array | None  # with collect: [B, S + N, n, H] hidden states of history positions
+    budgets: jax.Array  # [B] int32 new-token limits
+    sampling: SamplingParams  # [B] per-row settings
+    keys: jax.Array  # [B] PRNG keys, one per request
 
 
 def write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:
@@ -105,6 +110,73 @@ def verify_commit(greedy, max_children, tree, anc, logits, cache, out, history, 
                      hist_len, generated, done | hit | (generated >= budgets), stopped | hit)
 
 
+def spec_start(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
+               tokens, lengths, budgets, sampling, stop_ids, keys) -> SpecState:
+    """The prefill and the drafter's first state: a `SpecState` for the rows of tokens [B, P]
+    (right-padded prompts with lengths [B]), budgets [B], keys [B]. Static as `spec_loop`, plus
+    hist_size (>= P + max_new + N): the history's width, so rows started from a shorter prompt
+    bucket fit a running batch."""
+    b, p = tokens.shape
+    n = drafter.num_nodes
+    pre = prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling, stop_ids, keys, cache_len,
+                  max_new + n, tuple(drafter.hidden_ids))
+    dstate = drafter.init_state(drafter_params, Prefill(tokens, lengths, pre.hidden, pre.logits, pre.first),
+                                cache_len)
+    history = jnp.zeros((b, hist_size), jnp.int32).at[:, :p].set(tokens)
+    history = write_rows(history, pre.first[:, None], lengths)
+    feats = None
+    if collect:  # [B, S + N, n, H]: rows S.. are scratch that finished rows write into
+        feats = jnp.zeros((b, hist_size + n) + pre.hidden.shape[2:], pre.hidden.dtype)
+        feats = feats.at[:, :p].set(pre.hidden)
+    one = jnp.ones((b,), jnp.int32)
+    return SpecState(one, pre.first, one, pre.out, pre.done, pre.stopped, pre.cache, history, lengths + 1,
+                     dstate, jnp.zeros((b,), jnp.int32), feats, budgets, sampling, keys)
+
+
+def spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state: SpecState,
+             waiting) -> SpecState:
+    """Decoding steps until every row is done, or, when waiting ([] bool: requests wait for a free
+    row), until some row is done. Static: graphdef, cfg, drafter, greedy (all temperatures are
+    0), collect."""
+    b, n = state.out.shape[0], drafter.num_nodes
+    hidden_ids = tuple(drafter.hidden_ids)
+    hist_size = state.history.shape[1]
+
+    def cond(s: SpecState):
+        return ~jnp.all(s.done) & ~(waiting & jnp.any(s.done))
+
+    def body(s: SpecState) -> SpecState:
+        active = ~s.done
+        ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
+        key = step_keys(s.keys, s.step)
+        tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
+        check_tree(tree, b, n, cfg.vocab_size, f"{type(drafter).__name__}.propose")
+        if greedy:  # greedy verification never reads q: let XLA drop whatever built it
+            tree = tree._replace(draft_probs=None)
+        tree, anc, fwd = tree_forward(graphdef, hidden_ids, params, tree, s.root, s.cache)
+        c = verify_commit(greedy, drafter.max_children, tree, anc, fwd.logits, fwd.cache, s.out, s.history,
+                          s.hist_len, s.generated, s.done, s.stopped, s.budgets, s.sampling, stop_ids, key)
+        feats = s.features
+        if collect:  # the accepted path's hidden states, at the root's history position onward
+            path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
+            feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, hist_size))
+        dstate = drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden)
+        return s._replace(step=s.step + active, root=c.result.bonus, generated=c.generated, out=c.out,
+                          done=c.done, stopped=c.stopped, cache=c.cache, history=c.history,
+                          hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, features=feats)
+
+    return jax.lax.while_loop(cond, body, state)
+
+
+def spec_output(state: SpecState) -> LoopOutput:
+    """The loop's outputs (with collect: history, hist_len and features [B, S, n, H])."""
+    out = LoopOutput(state.out, state.generated, state.stopped, state.forwards)
+    if state.features is not None:
+        return out._replace(history=state.history, hist_len=state.hist_len,
+                            features=state.features[:, :state.history.shape[1]])
+    return out
+
+
 def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, params, drafter_params,
               tokens, lengths, budgets, sampling, stop_ids, keys) -> LoopOutput:
     """tokens [B, P] right-padded prompts with lengths [B]; budgets [B]; keys [B] PRNG keys.
@@ -115,48 +187,8 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, param
     [B, S, n, H] (the target's hidden states at `drafter.hidden_ids` for history positions
     < hist_len - 1), S = P + max_new + N.
     """
-    b, p = tokens.shape
-    n = drafter.num_nodes
-    hidden_ids = tuple(drafter.hidden_ids)
-    pre = prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling, stop_ids, keys, cache_len,
-                  max_new + n, hidden_ids)
-    dstate = drafter.init_state(drafter_params, Prefill(tokens, lengths, pre.hidden, pre.logits, pre.first),
-                                cache_len)
-    hist_size = p + max_new + n
-    history = jnp.zeros((b, hist_size), jnp.int32).at[:, :p].set(tokens)
-    history = write_rows(history, pre.first[:, None], lengths)
-    feats = None
-    if collect:  # [B, S + N, n, H]: rows S.. are scratch that finished rows write into
-        feats = jnp.zeros((b, hist_size + n) + pre.hidden.shape[2:], pre.hidden.dtype)
-        feats = feats.at[:, :p].set(pre.hidden)
-    state = SpecState(jnp.int32(1), pre.first, jnp.ones((b,), jnp.int32), pre.out, pre.done, pre.stopped,
-                      pre.cache, history, lengths + 1, dstate, jnp.zeros((b,), jnp.int32), feats)
-
-    def cond(s: SpecState):
-        return (s.step <= max_new) & ~jnp.all(s.done)  # a step can commit a token, a row still running
-
-    def body(s: SpecState) -> SpecState:
-        active = ~s.done
-        ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
-        key = step_keys(keys, s.step)
-        tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
-        check_tree(tree, b, n, cfg.vocab_size, f"{type(drafter).__name__}.propose")
-        if greedy:  # greedy verification never reads q: let XLA drop whatever built it
-            tree = tree._replace(draft_probs=None)
-        tree, anc, fwd = tree_forward(graphdef, hidden_ids, params, tree, s.root, s.cache)
-        c = verify_commit(greedy, drafter.max_children, tree, anc, fwd.logits, fwd.cache, s.out, s.history,
-                          s.hist_len, s.generated, s.done, s.stopped, budgets, sampling, stop_ids, key)
-        feats = s.features
-        if collect:  # the accepted path's hidden states, at the root's history position onward
-            path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
-            feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, hist_size))
-        dstate = drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden)
-        return SpecState(s.step + 1, c.result.bonus, c.generated, c.out, c.done, c.stopped, c.cache, c.history,
-                         c.hist_len, dstate, s.forwards + active, feats)
-
-    final = jax.lax.while_loop(cond, body, state)
-    out = LoopOutput(final.out, final.generated, final.stopped, final.forwards)
-    if collect:
-        return out._replace(history=final.history, hist_len=final.hist_len,
-                            features=final.features[:, :hist_size])
-    return out
+    hist_size = tokens.shape[1] + max_new + drafter.num_nodes
+    state = spec_start(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
+                       tokens, lengths, budgets, sampling, stop_ids, keys)
+    return spec_output(spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids,
+                                state, jnp.bool_(False)))

@@ -1,0 +1,186 @@
+"""Continuous batching: a row whose request has finished takes the next waiting request while the
+other rows keep decoding.
+
+A job runs as one stream of B rows. The jitted loop (`spec_run` / `ar_run`) returns to the host as
+soon as some row is done while requests wait; the host reads the finished rows' outputs, prefills
+the next requests for those rows only (`insert_rows`: a prefill of R rows, R a power of two, its
+K/V and drafter state scattered into the freed rows), and resumes the loop. Shapes are static: one
+compiled loop per stream, one insert per (R, prompt bucket). Every row carries its own position,
+budget, sampling settings, PRNG key and step counter, so a request's output is what it would be
+decoded alone: greedy identical, sampled identical for a given seed, whatever the batching.
+
+The rule drafters follow for this (drafters/base.py): every leaf of a drafter's state is per row,
+batch on axis 0, and its other dimensions depend on the static `max_len` only, never on the prompt.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specblock_jax.decoding.autoregressive import ar_run, ar_start
+from specblock_jax.decoding.compiled import compiled
+from specblock_jax.decoding.sampling import SamplingParams
+from specblock_jax.decoding.speculative import spec_run, spec_start
+from specblock_jax.models.kv_cache import KVCache
+
+
+def put_rows(state, fresh, rows: jax.Array):
+    """Writes the R rows of `fresh` into rows [R] of `state` (same structure; indices >= B are
+    padding and dropped). Leaves are per row on axis 0, the KV cache's k and v on axis 1."""
+    def put(big, small, axis, name):
+        want = big.shape[:axis] + (rows.shape[0],) + big.shape[axis + 1:]
+        if small.shape != want:
+            raise ValueError(f"continuous batching: state field {name} of the new rows has shape "
+                             f"{small.shape}, the running batch needs {want} (every leaf must be per row, "
+                             "its other dimensions independent of the prompt)")
+        index = (slice(None),) * axis + (rows,)
+        return big.at[index].set(small.astype(big.dtype), mode="drop")
+
+    def walk(path, big, small):
+        name = jax.tree_util.keystr(path)
+        if isinstance(big, KVCache):
+            return KVCache(put(big.k, small.k, 1, name + ".k"), put(big.v, small.v, 1, name + ".v"),
+                           put(big.lengths, small.lengths, 0, name + ".lengths"))
+        return put(big, small, 0, name)
+
+    return jax.tree_util.tree_map_with_path(walk, state, fresh, is_leaf=lambda x: isinstance(x, KVCache))
+
+
+def start_rows(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
+               tokens, lengths, budgets, sampling, stop_ids, keys):
+    """The loop state of new rows (prefill and the drafter's first state); drafter None =
+    target-only decoding."""
+    if drafter is None:
+        return ar_start(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling, stop_ids,
+                        keys)
+    return spec_start(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
+                      tokens, lengths, budgets, sampling, stop_ids, keys)
+
+
+def run_rows(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state, waiting):
+    """Decoding steps until all rows are done, or some row is while `waiting` ([] bool)."""
+    if drafter is None:
+        return ar_run(graphdef, params, stop_ids, state, waiting)
+    return spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state, waiting)
+
+
+def insert_rows(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
+                stop_ids, state, rows, tokens, lengths, budgets, sampling, keys):
+    """Prefills R new requests (tokens [R, P], P <= the stream's prompt bucket) and puts them into
+    rows [R] of the running state (indices >= B: padding, dropped)."""
+    fresh = start_rows(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
+                       tokens, lengths, budgets, sampling, stop_ids, keys)
+    return put_rows(state, fresh, rows)
+
+
+class Request(NamedTuple):
+    index: int  # the prompt's index in the job
+    tokens: list[int]
+    budget: int
+    temperature: float
+
+
+class Finished(NamedTuple):
+    """A request harvested from the stream."""
+    index: int
+    tokens: list[int]  # new tokens (a stop token included)
+    stopped: bool
+    forwards: int  # the target's decoding forwards for this request
+    segment: int  # the segment it finished in (segments number the loop's returns to the host)
+    segment_wall_s: float  # that segment's wall time: insert + decoding steps (compilation excluded)
+    segment_compile_s: float
+    segment_steps: int  # decoding steps the segment ran
+
+
+def pow2_at_least(n: int, cap: int) -> int:
+    return min(cap, 1 << max(n - 1, 0).bit_length())
+
+
+class Stream:
+    """Decodes requests through `batch_size` rows with refill. `drafter` None = target-only; the
+    caller gives the static shapes: `prompt_bucket` holds every prompt, `max_new` every budget.
+
+    run(requests, on_finished) decodes them in the order given (the caller orders the queue),
+    calling on_finished(list[Finished], state) after every segment: state is the loop state
+    (device arrays) from which the finished rows were read (the adapter reads its history)."""
+
+    def __init__(self, target, params, drafter, drafter_params, *, batch_size: int, prompt_bucket: int,
+                 max_new: int, cache_len: int, greedy: bool, collect: bool, top_k: int, top_p: float,
+                 stop_ids: jax.Array, base_key: jax.Array, bucket: Callable[[int], int]):
+        self.target, self.params, self.drafter, self.drafter_params = target, params, drafter, drafter_params
+        self.b, self.max_new, self.cache_len = batch_size, max_new, cache_len
+        self.prompt_bucket, self.bucket = prompt_bucket, bucket
+        self.greedy, self.collect, self.top_k, self.top_p = greedy, collect, top_k, top_p
+        self.stop_ids, self.base_key = stop_ids, base_key
+        n = 0 if drafter is None else drafter.num_nodes
+        self.hist_size = prompt_bucket + max_new + n
+        self.segments = 0
+
+    def inputs(self, reqs: Sequence[Request], count: int):
+        """Prefill inputs for `count` rows (padding repeats the first request): tokens [R, P],
+        lengths, budgets, sampling, keys."""
+        reqs = list(reqs) + [reqs[0]] * (count - len(reqs))
+        width = self.bucket(max(len(r.tokens) for r in reqs))
+        tokens = np.zeros((count, width), np.int32)
+        for i, r in enumerate(reqs):
+            tokens[i, :len(r.tokens)] = r.tokens
+        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(self.base_key, jnp.asarray([r.index for r in reqs]))
+        sampling = SamplingParams.make(count, [r.temperature for r in reqs], self.top_k, self.top_p)
+        return (jnp.asarray(tokens), jnp.asarray([len(r.tokens) for r in reqs], jnp.int32),
+                jnp.asarray([r.budget for r in reqs], jnp.int32), sampling, keys)
+
+    def _dparams(self, adapter):
+        return adapter.params if adapter is not None else self.drafter_params
+
+    def run(self, requests: Sequence[Request], on_finished: Callable[..., None], adapter: Any = None) -> None:
+        """Decodes `requests` in the order given; after every segment calls
+        on_finished(finished: list[Finished], state, rows) with the loop state the finished rows
+        (`rows`, their indices in the batch) were read from."""
+        g, cfg, d = self.target.graphdef, self.target.config, self.drafter
+        start_static = (g, cfg, d, self.cache_len, self.max_new, self.collect, self.hist_size)
+        run_static = (g, cfg, d, self.greedy, self.collect)
+        queue = list(requests)
+        holder: list[Request | None] = [None] * self.b
+        t0 = time.perf_counter()
+        take, queue = queue[:self.b], queue[self.b:]
+        tokens, lengths, budgets, sampling, keys = self.inputs(take, self.b)
+        args = (self.params, self._dparams(adapter), tokens, lengths, budgets, sampling, self.stop_ids, keys)
+        exe, compile_s = compiled(start_rows, start_static, *args)
+        state = exe(*args)
+        state = state._replace(done=state.done | (jnp.arange(self.b) >= len(take)))  # rows with no request
+        holder[:len(take)] = take
+        while any(h is not None for h in holder):
+            steps_before = np.asarray(state.step)
+            args = (self.params, self._dparams(adapter), self.stop_ids, state, jnp.bool_(bool(queue)))
+            exe, seconds = compiled(run_rows, run_static, *args, donate_argnums=(3,))
+            compile_s += seconds
+            state = exe(*args)
+            done = np.asarray(state.done)  # waits for the loop
+            wall = time.perf_counter() - t0 - compile_s
+            steps = int(np.max(np.asarray(state.step) - steps_before))
+            free = [r for r in range(self.b) if holder[r] is not None and done[r]]
+            out, generated = np.asarray(state.out)[free], np.asarray(state.generated)[free]
+            stopped = np.asarray(state.stopped)[free]
+            forwards = np.asarray(state.forwards if d is not None else state.generated - 1)[free]
+            finished = [Finished(holder[r].index, out[j, :generated[j]].tolist(), bool(stopped[j]),
+                                 int(forwards[j]), self.segments, wall, compile_s, steps)
+                        for j, r in enumerate(free)]
+            on_finished(finished, state, free)
+            self.segments += 1
+            for r in free:
+                holder[r] = None
+            t0, compile_s = time.perf_counter(), 0.0
+            if queue and free:
+                take, queue = queue[:len(free)], queue[len(free):]
+                count = pow2_at_least(len(take), self.b)
+                rows = jnp.asarray(free[:len(take)] + [self.b] * (count - len(take)), jnp.int32)
+                args = (self.params, self._dparams(adapter), self.stop_ids, state, rows, *self.inputs(take, count))
+                exe, compile_s = compiled(insert_rows, start_static, *args, donate_argnums=(3,))
+                state = exe(*args)
+                for r, req in zip(free, take):
+                    holder[r] = req
