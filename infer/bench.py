@@ -166,13 +166,14 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
 
         results = sbj.generate(target, prompts, drafter=drafter, temperature=temperature,
                                max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
-                               adapter=adapter, on_batch=on_batch, profile="all")
+                               adapter=adapter, on_batch=on_batch, profile="all",
+                               refill=False if args.no_refill else None)
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
         b = batches.setdefault(r.stats.batch, {"wall": r.stats.total_time_s, "tokens": 0,
                                                   "draft": 0.0, "compile": r.stats.compile_s})
         b["tokens"] += len(r.token_ids)
-        b["draft"] = max(b["draft"], r.stats.draft_time_s)  # the batch waits for its longest row
+        b["draft"] = r.stats.batch_draft_time_s  # the batch's (or refill segment's) steps x one step
     decode_wall = sum(b["wall"] for b in batches.values())
     adapt_s = adapter.time_s if adapter is not None else 0.0
     wall = decode_wall + adapt_s  # end to end: adaptation time counts
@@ -341,6 +342,8 @@ def parse_args(argv=None):
     p.add_argument("--skip", type=int, default=0, help="skip the first K records")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-refill", action="store_true",
+                   help="fixed batches instead of continuous batching (a finished row takes the next prompt)")
     p.add_argument("--adapt", action="store_true",
                    help="also run every drafter method with serving-time adaptation (':adapt=true')")
     p.add_argument("--adapt-settings", default="", help="AdaptConfig keys, e.g. subset=layer,cost_scale=1")

@@ -152,6 +152,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--no-refill", action="store_true",
+                   help="decode in fixed batches (a batch runs until its longest record ends); by default "
+                        "a finished row takes the next record at once (continuous batching; not under --mesh)")
     p.add_argument("--limit", type=int, default=None, help="decode only the first N records")
     p.add_argument("--mesh", default=None,
                    help="device mesh, e.g. data=4,model=2 (batch over data, target over model); "
@@ -184,6 +187,69 @@ def host_out_path(out: Path) -> Path:
         return out
     return out.with_name(f"{out.stem}.process{jax.process_index():03d}-of-"
                          f"{jax.process_count():03d}{out.suffix}")
+
+
+def _write(out, rec, res) -> None:
+    out.write({"id": rec["id"], "text": res.text, "token_ids": res.token_ids, "stats": res.stats.to_dict()})
+
+
+def decode_refill(args, target, drafter, adapter, mesh, todo, out, bar) -> tuple[int, float, float]:
+    """All records in one continuously batched `generate`; each record is written as soon as it
+    finishes. Returns (new tokens, run seconds, compile seconds)."""
+    seen, acc = set(), {"tokens": 0, "compile": 0.0}
+    start = time.perf_counter()
+
+    def finished(batch) -> None:
+        for res in batch:
+            _write(out, todo[res.index][1], res)
+            acc["tokens"] += len(res.token_ids)
+            if res.stats.batch not in seen:
+                seen.add(res.stats.batch)
+                acc["compile"] += res.stats.compile_s
+        bar.update(len(batch))
+        run_s = time.perf_counter() - start - acc["compile"]
+        bar.set_postfix(tok_s=f"{acc['tokens'] / run_s:.1f}" if run_s > 0 else "-")
+
+    recs = [rec for _, rec in todo]
+    sbj.generate(target, [r["prompt"] for r in recs], drafter=drafter, temperature=[r["temp"] for r in recs],
+                 top_k=args.top_k, top_p=args.top_p, max_new_tokens=[r["budget"] for r in recs], seed=args.seed,
+                 batch_size=args.batch_size, adapter=adapter, on_batch=finished, refill=True)
+    compile_s = acc["compile"] + (adapter.compile_s if adapter is not None else 0.0)
+    return acc["tokens"], time.perf_counter() - start - compile_s, compile_s
+
+
+def decode_batches(args, target, drafter, adapter, mesh, todo, out, bar) -> tuple[int, float, float]:
+    """Records in batches of --batch-size, one `generate` per batch (under a mesh, hosts in
+    lockstep). Returns (new tokens, run seconds, compile seconds)."""
+    tokens, run_s, compile_s, adapter_compile = 0, 0.0, 0.0, 0.0
+    num_batches = -(-len(todo) // args.batch_size)
+    if mesh is not None:  # hosts run the same number of generate calls (lockstep)
+        num_batches = parallel.host_max([num_batches])[0]
+    for start in range(0, num_batches * args.batch_size, args.batch_size):
+        batch = [rec for _, rec in todo[start:start + args.batch_size]]
+        t0 = time.perf_counter()
+        if adapter is not None:  # the controller weighs updates against the whole job's rest
+            adapter.extra_budget = sum(rec["budget"] for _, rec in todo[start + args.batch_size:])
+        results = sbj.generate(
+            target, [r["prompt"] for r in batch], drafter=drafter,
+            temperature=[r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p,
+            max_new_tokens=[r["budget"] for r in batch], seed=args.seed, batch_size=args.batch_size,
+            mesh=mesh, adapter=adapter, refill=False,
+        )
+        if not results:  # a host past its share, keeping step with the others
+            continue
+        batch_compile = results[0].stats.compile_s
+        if adapter is not None:  # its compilations are excluded too; its run time counts
+            batch_compile += adapter.compile_s - adapter_compile
+            adapter_compile = adapter.compile_s
+        compile_s += batch_compile
+        run_s += time.perf_counter() - t0 - batch_compile
+        for rec, res in zip(batch, results):
+            tokens += len(res.token_ids)
+            _write(out, rec, res)
+        bar.update(len(batch))
+        bar.set_postfix(tok_s=f"{tokens / run_s:.1f}" if run_s else "-")
+    return tokens, run_s, compile_s
 
 
 def main(argv=None) -> int:
@@ -248,35 +314,10 @@ def main(argv=None) -> int:
     log.info("%d records to decode, %d already done, %d errors", len(todo),
              len(finished & {r["key"] for r in records}), len(new_errors))
     todo.sort(key=lambda x: x[0])  # similar lengths share a batch and a length bucket
-    tokens, run_s, compile_s, adapter_compile = 0, 0.0, 0.0, 0.0
-    num_batches = -(-len(todo) // args.batch_size)
-    if mesh is not None:  # hosts run the same number of generate calls (lockstep)
-        num_batches = parallel.host_max([num_batches])[0]
+    refill = mesh is None and not args.no_refill and len(todo) > args.batch_size
     with tqdm(total=len(todo), desc=f"decode ({args.method})", unit="rec") as bar:
-        for start in range(0, num_batches * args.batch_size, args.batch_size):
-            batch = [rec for _, rec in todo[start:start + args.batch_size]]
-            t0 = time.perf_counter()
-            if adapter is not None:  # the controller weighs updates against the whole job's rest
-                adapter.extra_budget = sum(rec["budget"] for _, rec in todo[start + args.batch_size:])
-            results = sbj.generate(
-                target, [r["prompt"] for r in batch], drafter=drafter,
-                temperature=[r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p,
-                max_new_tokens=[r["budget"] for r in batch], seed=args.seed, batch_size=args.batch_size,
-                mesh=mesh, adapter=adapter,
-            )
-            if not results:  # a host past its share, keeping step with the others
-                continue
-            batch_compile = results[0].stats.compile_s
-            if adapter is not None:  # its compilations are excluded too; its run time counts
-                batch_compile += adapter.compile_s - adapter_compile
-                adapter_compile = adapter.compile_s
-            compile_s += batch_compile
-            run_s += time.perf_counter() - t0 - batch_compile
-            for rec, res in zip(batch, results):
-                tokens += len(res.token_ids)
-                out.write({"id": rec["id"], "text": res.text, "token_ids": res.token_ids, "stats": res.stats.to_dict()})
-            bar.update(len(batch))
-            bar.set_postfix(tok_s=f"{tokens / run_s:.1f}" if run_s else "-")
+        run = decode_refill if refill else decode_batches
+        tokens, run_s, compile_s = run(args, target, drafter, adapter, mesh, todo, out, bar)
     out.close()
     if adapter is not None:
         print(f"adaptation: {json.dumps(adapter.summary())}")

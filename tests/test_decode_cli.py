@@ -98,7 +98,7 @@ def test_sigkill_mid_run_then_rerun_yields_every_record_exactly_once(tiny_ckpt, 
     _write(prompts, [json.dumps({"id": f"r{i}", "prompt": f"def g{i}():\n"}) for i in range(n)])
     out = tmp_path / "out.jsonl"
     cmd = [sys.executable, "-m", "infer.decode", "--target", str(tiny_ckpt), "--prompts", str(prompts),
-           "--out", str(out), "--max-new-tokens", "64", "--batch-size", "1", "--method", "prompt_lookup"]
+           "--out", str(out), "--max-new-tokens", "64", "--batch-size", "4", "--method", "prompt_lookup"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
@@ -110,6 +110,20 @@ def test_sigkill_mid_run_then_rerun_yields_every_record_exactly_once(tiny_ckpt, 
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ids = [r["id"] for r in _rows(out)]
     assert sorted(ids) == sorted(f"r{i}" for i in range(n)) and len(ids) == n
+
+
+def test_refill_and_fixed_batches_write_the_same_records(tiny_ckpt, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    _write(prompts, [json.dumps({"id": f"r{i}", "prompt": "def f(x):\n" * (1 + i % 5),
+                                 "max_new_tokens": 4 + 5 * (i % 4)}) for i in range(10)])
+    rows = {}
+    for flags in ([], ["--no-refill"]):
+        out = tmp_path / f"out{len(rows)}.jsonl"
+        assert decode.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out", str(out),
+                            "--batch-size", "4", "--method", "prompt_lookup", *flags]) == 0
+        rows[len(rows)] = {r["id"]: r["token_ids"] for r in _rows(out)}
+    assert rows[0] == rows[1] and len(rows[0]) == 10
+    assert max(r["stats"]["batch"] for r in _rows(tmp_path / "out0.jsonl")) > 2  # refilled, not 3 batches
 
 
 def test_a_drafter_folder_is_a_method(tiny_ckpt, tmp_path):

@@ -140,9 +140,7 @@ def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Se
         res = generate(target, prompts, drafter=candidate, max_new_tokens=max_new_tokens, batch_size=batch_size,
                        temperature=temperature, seed=seed, profile="draft" if draft_timing else "off")
         walls = {r.stats.batch: r.stats.total_time_s for r in res}  # one loop wall time per batch
-        drafts = {}
-        for r in res:
-            drafts[r.stats.batch] = max(drafts.get(r.stats.batch, 0.0), r.stats.draft_time_s or 0.0)
+        drafts = {r.stats.batch: r.stats.batch_draft_time_s or 0.0 for r in res}
         tokens = sum(len(r.token_ids) for r in res)
         taus = [r.stats.tau for r in res if r.stats.tau]
         row = {**setting, "tokens_per_s": tokens / sum(walls.values()), "tau": float(np.mean(taus)) if taus else 1.0}

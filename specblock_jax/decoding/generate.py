@@ -237,7 +237,7 @@ def generate(
                               compile_s, bsz, start // bsz, event, int(np.max(host.forwards)))
             if profile == "all" and prof is not None:
                 stats.step_profile = dict(prof)
-            results[i] = GenerationResult(text, new, stats)
+            results[i] = GenerationResult(text, new, stats, i)
         if on_batch is not None:
             on_batch([results[i] for i in chunk])
     return results  # type: ignore[return-value]
@@ -298,7 +298,7 @@ def _generate_stream(target, spec, ids, budget, temps, top_k, top_p, bsz, max_ne
                               f.segment_compile_s, bsz, f.segment, event, f.segment_steps)
             if profile == "all" and prof is not None:
                 stats.step_profile = dict(prof)
-            results[f.index] = GenerationResult(text, f.tokens, stats)
+            results[f.index] = GenerationResult(text, f.tokens, stats, f.index)
         if on_batch is not None and finished:
             on_batch([results[f.index] for f in finished])
 

@@ -48,3 +48,4 @@ class GenerationResult:
     text: str | None  # decoded new tokens (special tokens skipped), None without a tokenizer
     token_ids: list[int]  # new tokens, including the stop token if one ended the sequence
     stats: GenerationStats
+    index: int = -1  # the prompt's position in `generate`'s prompts
