@@ -99,9 +99,9 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
     ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=2)
     off = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, batch_size=2)
     ad = _adapter(drafter, cost_scale=0.0, learning_rate=1e-2, rollback=False)
-    on = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, batch_size=2, adapter=ad)
+    on = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, batch_size=2, adapter=ad, refill=True)
     summary = ad.summary()
-    assert summary["updates"] == summary["decisions"] == 3  # every boundary with work left
+    assert summary["updates"] == summary["decisions"] >= 3  # every refill with work left
     changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.any(a != b)), ad.params["draft"],
                                            drafter[1]["draft"]))
     assert any(changed)  # the drafter really was updated between batches
@@ -111,13 +111,15 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
 
 def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eagle3, prompts):
     never = _adapter(eagle3, cost_scale=math.inf)
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=never)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=never,
+                 refill=False)
     s = never.summary()
     assert s["decisions"] == 3 and s["updates"] == 0 and s["declined"] == 3
     assert _unchanged(never, eagle3[1])
     before = compilation_count()
     always = _adapter(eagle3, cost_scale=0.0)
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always,
+                 refill=False)
     s = always.summary()
     assert s["decisions"] == 3 and s["updates"] == 3 and s["adapt_time_s"] > 0
     events = [e for e in always.events if e.get("update")]
@@ -125,7 +127,8 @@ def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eag
     # at most the collecting decode loop, the buffer insert, the update round and the evaluation
     assert compilation_count() - before <= 4
     again = compilation_count()
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always,
+                 refill=False)
     assert compilation_count() == again  # a persisted adapter reuses every executable
 
 
@@ -176,7 +179,7 @@ def test_updates_reduce_the_loss_on_buffered_rows(target, eagle3, prompts):
 def test_an_update_that_hurts_is_rolled_back(target, eagle3, prompts, monkeypatch):
     ad = _adapter(eagle3, cost_scale=0.0, learning_rate=1e-2)
     monkeypatch.setattr(ad, "_evaluate", lambda old, new, slots: (2.0, 1.0, 0.01))  # new is worse
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad, refill=False)
     ups = [e for e in ad.events if e.get("update")]
     assert len(ups) == 3 and all(e["realised_gain"] == -0.5 for e in ups)
     assert sum(bool(e.get("rolled_back")) for e in ad.events) == 3

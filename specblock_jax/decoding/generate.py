@@ -316,4 +316,4 @@ def row_stats(prompt_tokens: int, new: list[int], forwards: int, stopped: bool, 
         tau=(len(new) - 1) / forwards if forwards else None, finish_reason="stop" if stopped else "length",
         draft_time_s=None if draft_call_s is None else forwards * draft_call_s, total_time_s=wall,
         compile_s=compile_s, batch_size=batch_size, batch=batch, adapt=event,
-        batch_draft_time_s=None if draft_call_s is None else batch_steps * draft_call_s)
+        batch_draft_time_s=None if draft_call_s is None else batch_steps * draft_call_s, batch_steps=batch_steps)

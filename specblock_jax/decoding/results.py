@@ -32,6 +32,7 @@ class GenerationStats:
     # estimated drafting time of the whole batch (or refill segment): its decoding steps x one
     # batched propose + update; None when draft_time_s is
     batch_draft_time_s: float | None = None
+    batch_steps: int | None = None  # decoding steps (target forwards) its batch or refill segment ran
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (without `adapt` when no adapter ran, without `step_profile` when
