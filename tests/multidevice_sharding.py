@@ -175,7 +175,7 @@ def run_decode() -> dict:
 
 
 def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 96) -> dict[str, int]:
-    """Per-device shapes of [(L,) *, S, *, D] f32 buffers in the compiled, SPMD-partitioned decode loop
+    """Per-device shapes of [(L,) B, K, S, D] f32 buffers in the compiled, SPMD-partitioned decode loop
     (target-only) and how often each occurs: the KV cache inside the while loop must be split.
     S (96) differs from every weight dimension, so weights never match."""
     import collections
@@ -197,7 +197,7 @@ def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 96) -> dict[s
             jax.ShapeDtypeStruct((8,), np.int32, sharding=plan.replicated()), rows((b, 2), np.uint32))
     fn = functools.partial(run_sharded, plan, ar_loop, tgt.graphdef, CFG, s, 8)
     text = jax.jit(fn).lower(*args).compile().as_text()
-    pattern = rf"f32\[(?:\d+,)?\d+,{s},\d+,{CFG.head_dim}\]"  # [L, B, S, K, D] or one layer's slice
+    pattern = rf"f32\[(?:\d+,)?\d+,\d+,{s},{CFG.head_dim}\]"  # [L, B, K, S, D] or one layer's slice
     return dict(collections.Counter(re.findall(pattern, text)))
 
 

@@ -92,7 +92,7 @@ def test_compact_keeps_exactly_the_chosen_slots_and_advances():
     cfg = sbj.models.config.tiny()
     cache = sbj.init_cache(cfg, 2, 16)
     rng = np.random.default_rng(2)
-    fill = lambda: jnp.asarray(rng.normal(size=(cfg.num_layers, 2, 16, cfg.num_kv_heads, cfg.head_dim)), jnp.float32)  # noqa: E731
+    fill = lambda: jnp.asarray(rng.normal(size=(cfg.num_layers, 2, cfg.num_kv_heads, 16, cfg.head_dim)), jnp.float32)  # noqa: E731
     cache = sbj.KVCache(fill(), fill(), jnp.asarray([3, 5], jnp.int32))
     before = jax.device_get(cache)
     keep = jnp.asarray([[0, 2, 5], [1, 3, 0]], jnp.int32)
@@ -101,11 +101,11 @@ def test_compact_keeps_exactly_the_chosen_slots_and_advances():
     np.testing.assert_array_equal(after.lengths, [6, 7])
     for layer in range(cfg.num_layers):
         for buf_before, buf_after in ((before.k[layer], after.k[layer]), (before.v[layer], after.v[layer])):
-            for b, length in enumerate([3, 5]):
-                np.testing.assert_array_equal(buf_after[b, :length], buf_before[b, :length])  # prefix kept
+            for b, length in enumerate([3, 5]):  # buffers [B, K, S, D]
+                np.testing.assert_array_equal(buf_after[b, :, :length], buf_before[b, :, :length])  # prefix kept
                 for i in range(int(count[b])):
-                    np.testing.assert_array_equal(buf_after[b, length + i],
-                                                  buf_before[b, length + int(keep[b, i])])
+                    np.testing.assert_array_equal(buf_after[b, :, length + i],
+                                                  buf_before[b, :, length + int(keep[b, i])])
 
 
 def test_cache_mask_combines_committed_prefix_and_new_token_mask():

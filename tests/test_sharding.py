@@ -98,8 +98,8 @@ def test_cache_and_bytes():
     plan = parallel.ShardingPlan(abstract_mesh(2, 4))
     k = jax.ShapeDtypeStruct((4, 64, 4, 8), np.float32)  # one layer [B, S, K, D]
     assert tuple(plan.cache_shardings({"k": k})["k"].spec) == ("data", None, "model", None)
-    k = jax.ShapeDtypeStruct((3, 4, 64, 4, 8), np.float32)  # the target's stacked [L, B, S, K, D]
-    assert tuple(plan.cache_shardings({"k": k})["k"].spec) == (None, "data", None, "model", None)
+    k = jax.ShapeDtypeStruct((3, 4, 4, 64, 8), np.float32)  # the target's stacked [L, B, K, S, D]
+    assert tuple(plan.cache_shardings({"k": k})["k"].spec) == (None, "data", "model", None, None)
     mesh = parallel.make_mesh("data=1,model=1")
     one = parallel.ShardingPlan(mesh)
     tree = {"w": jax.ShapeDtypeStruct((8, 4), np.float32)}
@@ -189,13 +189,13 @@ def test_sharded_decoding_is_token_identical(checks):
     assert "eagle3" in res["meshes"]["4x2"]
     assert res["meshes"]["8x1"]["ar"]["batch_size"] == 8  # batch 4 rounded up to the data axis
     assert max(res["meshes"]["2x4"]["prompt_lookup"]["taus"]) > 1  # drafts really accepted
-    assert res["cache_spec_2x4"] == "P(None, 'data', None, 'model', None)"  # [L, B, S, K, D]
+    assert res["cache_spec_2x4"] == "P(None, 'data', 'model', None, None)"  # [L, B, K, S, D]
     assert res["q_proj_spec_2x4"] == "P(None, None, 'model', None)"  # [L, H, N, D]
-    # inside the compiled loop (S = 96) every cache buffer is split: [L, B/2, S, K/4, D] per device (and
-    # a layer's slice [(1,) B/2, S, K/4, D] inside the scan over layers)
+    # inside the compiled loop (S = 96) every cache buffer is split: [L, B/2, K/4, S, D] per device (and
+    # a layer's slice [(1,) B/2, K/4, S, D] inside the scan over layers)
     shapes = set(res["loop_cache_shapes_2x4"])
-    assert "f32[2,2,96,1,8]" in shapes, shapes
-    assert all(re.fullmatch(r"f32\[(\d+,)?2,96,1,8\]", x) for x in shapes), shapes
+    assert "f32[2,2,1,96,8]" in shapes, shapes
+    assert all(re.fullmatch(r"f32\[(\d+,)?2,1,96,8\]", x) for x in shapes), shapes
 
 
 def test_checkpoint_saved_on_4x2_restores_on_8x1_and_1x1(checks):

@@ -9,6 +9,11 @@ All three methods are pure and run inside the loop's jit:
     state = drafter.init_state(params, prefill, max_len)      after the target's prefill
     tree, state = drafter.propose(params, state, ctx, key)      before each target forward
     state = drafter.update(params, state, ctx, result, hidden)  after each verification
+
+Row rule (continuous batching, decoding/refill.py): every leaf of the state is per row, batch on
+axis 0, and its other dimensions depend on the static `max_len` (and the drafter's settings) only,
+never on the prompt's padded length; `init_state` of R new rows then gives leaves that are written
+into R rows of a running batch. A row's state must depend on that row's inputs only.
 """
 
 from __future__ import annotations

@@ -86,6 +86,23 @@ def attend_prefix(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                             q, kt, vt, mask)
 
 
+def attend_stacked(q: jax.Array, k: jax.Array, v: jax.Array, layer: jax.Array, mask: jax.Array,
+                   kv_len: jax.Array | None) -> jax.Array:
+    """`attend` over layer `layer` [] int32 of a stacked heads-first cache k/v [L, B, K, S, D], its
+    first kv_len slots (None: all S): each length bucket slices just its prefix of that layer, so
+    a step reads and copies O(kv_len) slots, never the whole cache."""
+    _, b, kh, s, d = k.shape
+
+    def prefix(n, q, k, v, m):
+        kn = jax.lax.dynamic_slice(k, (layer, 0, 0, 0, 0), (1, b, kh, n, d))[0]
+        vn = jax.lax.dynamic_slice(v, (layer, 0, 0, 0, 0), (1, b, kh, n, d))[0]
+        return _attend_heads_first(q, kn, vn, m[..., :n])
+
+    if kv_len is None:
+        return prefix(s, q, k, v, mask)
+    return switch_on_length(kv_len, s, prefix, q, k, v, mask)
+
+
 def _attend_heads_first(q, kt, vt, mask):
     """`attend` with k/v laid out [B, K, S, D]."""
     b, t, n, d = q.shape

@@ -1,6 +1,7 @@
 """Static-shape KV cache with per-sequence lengths.
 
-One k and one v buffer for all layers, each [L, B, S, K, D] (S = max_len fixed at creation); `lengths[b]`
+One k and one v buffer for all layers, each [L, B, K, S, D] (kv heads before slots, the layout the
+attention dot reads, so a step never transposes the cache; S = max_len fixed at creation); `lengths[b]`
 counts the committed slots of sequence b. A forward writes its T new tokens at slots
 lengths[b] .. lengths[b] + T - 1 without advancing `lengths`; the caller then commits them with
 `advance` (plain decoding) or keeps a chosen subset with `compact` (tree verification).
@@ -18,13 +19,13 @@ from specblock_jax.models.config import ModelConfig
 
 
 class KVCache(NamedTuple):
-    k: jax.Array  # [L, B, S, K, D]
-    v: jax.Array  # [L, B, S, K, D]
+    k: jax.Array  # [L, B, K, S, D]
+    v: jax.Array  # [L, B, K, S, D]
     lengths: jax.Array  # [B] int32, committed slots per sequence
 
     @property
     def max_len(self) -> int:
-        return self.k.shape[2]
+        return self.k.shape[3]
 
     @property
     def batch_size(self) -> int:
@@ -44,9 +45,9 @@ class KVCache(NamedTuple):
         """
         src = self.lengths[:, None] + keep.astype(jnp.int32)  # [B, M]
 
-        def move(buf):  # [L, B, S, K, D]
-            rows = jnp.take_along_axis(buf, src[None, :, :, None, None], axis=2)  # gather first
-            put = jax.vmap(lambda c, x, s: jax.lax.dynamic_update_slice(c, x, (0, s, 0, 0)),
+        def move(buf):  # [L, B, K, S, D]
+            rows = jnp.take_along_axis(buf, src[None, :, None, :, None], axis=3)  # gather first
+            put = jax.vmap(lambda c, x, s: jax.lax.dynamic_update_slice(c, x, (0, 0, s, 0)),
                            in_axes=(1, 1, 0), out_axes=1)
             return put(buf, rows, self.lengths)
 
@@ -56,7 +57,7 @@ class KVCache(NamedTuple):
 def init_cache(cfg: ModelConfig, batch_size: int, max_len: int, dtype=None) -> KVCache:
     """An empty cache (zeros, lengths 0). dtype defaults to the model's compute dtype."""
     dtype = dtype or jnp.dtype(cfg.dtype)
-    shape = (cfg.num_layers, batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
+    shape = (cfg.num_layers, batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
     return KVCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype), jnp.zeros((batch_size,), jnp.int32))
 
 

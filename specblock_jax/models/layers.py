@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specblock_jax.models.attention import attend_prefix
+from specblock_jax.models.attention import attend_prefix, attend_stacked
 from specblock_jax.models.config import ModelConfig, RopeConfig
 
 _INIT_STD = 0.02  # HF initializer_range
@@ -81,15 +81,17 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 def write_kv(cache: jax.Array, new: jax.Array, starts: jax.Array, layer: jax.Array | None = None
              ) -> jax.Array:
     """Writes new [B, T, K, D] at slot starts[b] of each sequence, into cache [B, S, K, D], or into
-    layer `layer` of a stacked cache [L, B, S, K, D] (in place inside a scan over layers).
+    layer `layer` of a stacked heads-first cache [L, B, K, S, D] (in place inside a scan over
+    layers).
 
     The caller guarantees starts[b] + T <= S (dynamic_update_slice would clamp otherwise).
     """
     new = new.astype(cache.dtype)
-    if layer is not None:  # a scatter of the B x T new rows, in place (no copy of the layer)
-        b, t = new.shape[:2]
+    if layer is not None:  # a scatter of the B x K x T new rows, in place (no copy of the layer)
+        b, t, k = new.shape[:3]
         slots = starts[:, None] + jnp.arange(t, dtype=starts.dtype)[None, :]  # [B, T]
-        return cache.at[layer, jnp.arange(b)[:, None], slots].set(new, mode="promise_in_bounds")
+        index = (layer, jnp.arange(b)[:, None, None], jnp.arange(k)[None, :, None], slots[:, None, :])
+        return cache.at[index].set(jnp.swapaxes(new, 1, 2), mode="promise_in_bounds")
 
     def one(c, x, s):
         return jax.lax.dynamic_update_slice(c, x, (s, 0, 0))
@@ -120,8 +122,8 @@ class Attention(nnx.Module):
     def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None):
         """x [B, T, H]; mask [B, T, S] over the cache (S slots) or [B, T, T] without one.
 
-        kv_cache: (k, v) each [B, S, K, D], or stacked [L, B, S, K, D] with this layer's index
-        `layer` [] int32, or None; the new K/V are written at starts [B].
+        kv_cache: (k, v) each [B, S, K, D], or stacked heads-first [L, B, K, S, D] with this layer's
+        index `layer` [] int32, or None; the new K/V are written at starts [B].
         kv_len [] int32 or None: no query sees a cache slot >= kv_len (attention then costs what
         the sequence is long, models/attention.py). Returns (out [B, T, H], updated (k, v) or None).
         """
@@ -135,10 +137,13 @@ class Attention(nnx.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if kv_cache is not None:
             kv_cache = (write_kv(kv_cache[0], k, starts, layer), write_kv(kv_cache[1], v, starts, layer))
-            k_all, v_all = kv_cache if layer is None else (kv_cache[0][layer], kv_cache[1][layer])
+            if layer is None:
+                att = attend_prefix(q, kv_cache[0], kv_cache[1], mask, kv_len)
+            else:
+                att = attend_stacked(q, kv_cache[0], kv_cache[1], layer, mask, kv_len)
         else:
-            k_all, v_all = k, v
-        out = jnp.einsum("btnd,ndh->bth", attend_prefix(q, k_all, v_all, mask, kv_len), self.o_proj[...])
+            att = attend_prefix(q, k, v, mask, kv_len)
+        out = jnp.einsum("btnd,ndh->bth", att, self.o_proj[...])
         if self.bias:
             out = out + self.o_bias[...]
         return out, kv_cache

@@ -54,7 +54,8 @@ PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
 )
 
 # Activations and caches (logical axes per dimension, used by `constrain` / the plan's helpers).
-KV_CACHE_AXES = ("layers", "batch", "seq", "kv_heads", "head_dim")  # [L, B, S, K, D] for all layers
+KV_CACHE_AXES = ("layers", "batch", "kv_heads", "seq", "head_dim")  # [L, B, K, S, D] for all layers
+DRAFT_CACHE_AXES = ("batch", "seq", "kv_heads", "head_dim")  # [B, S, K, D]: one drafter layer
 TOKENS_AXES = ("batch", "seq")  # [B, T] token ids, masks, decode outputs
 
 LOGICAL_TO_MESH: dict[str, str | None] = {
@@ -205,12 +206,12 @@ class ShardingPlan:
         return jax.tree_util.tree_map_with_path(one, tree)
 
     def cache_shardings(self, cache: Any) -> Any:
-        """Shardings for a `KVCache`: k/v [L, B, S, K, D] (or one layer's [B, S, K, D], as drafters
-        keep; batch over data, kv heads over model), lengths [B] over data."""
+        """Shardings for a `KVCache`: k/v [L, B, K, S, D] (or a drafter layer's [B, S, K, D]; batch
+        over data, kv heads over model), lengths [B] over data."""
         def one(x):
             shape = tuple(np.shape(x))
             if len(shape) in (4, 5):
-                axes = KV_CACHE_AXES[5 - len(shape):]
+                axes = KV_CACHE_AXES if len(shape) == 5 else DRAFT_CACHE_AXES
             else:
                 axes = ("batch",) + (None,) * (len(shape) - 1)
             return self.sharding(axes, shape)
