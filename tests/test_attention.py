@@ -35,13 +35,14 @@ def test_attend_prefix_reads_only_the_bucket_it_needs(live):
     v = jnp.asarray(rng.normal(size=(b, s, kv, d)), jnp.float32)
     mask = jnp.asarray(rng.random((b, t, s)) < 0.7) & (jnp.arange(s) < live)
     mask = mask.at[:, :, 0].set(True)
-    got = jax.jit(attend_prefix)(q, k, v, mask, jnp.int32(live))
+    heads = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  the cache layout [B, K, S, D]
+    got = jax.jit(attend_prefix)(q, heads(k), heads(v), mask, jnp.int32(live))
     want = attend(q, k[:, :live], v[:, :live], mask[..., :live])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
     bucket = min(x for x in length_buckets(s) if x >= live)
     if bucket < s:
         k_bad, v_bad = k.at[:, bucket:].set(jnp.nan), v.at[:, bucket:].set(jnp.nan)
-        poisoned = jax.jit(attend_prefix)(q, k_bad, v_bad, mask, jnp.int32(live))
+        poisoned = jax.jit(attend_prefix)(q, heads(k_bad), heads(v_bad), mask, jnp.int32(live))
         np.testing.assert_allclose(np.asarray(poisoned), np.asarray(got), atol=0)
         assert np.isnan(np.asarray(attend(q, k_bad, v_bad, mask))).any()
 

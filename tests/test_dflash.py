@@ -70,7 +70,7 @@ def test_decoding_logits_equal_the_training_forward(target, task, params):
     @jax.jit
     def training_side(params, hidden):  # anchor p = 5 of a 10-token row
         model = nnx.merge(task.graphdef, params)
-        ctx_kv = model.context_kv(model.context(hidden), jnp.arange(10)[None])
+        ctx_kv = model.context_cache(model.context(hidden), jnp.arange(10)[None])
         emb = jnp.take(target.params["embed_tokens"], jnp.asarray([[root, 3, 3, 3]]), axis=0)
         mask = training_mask(jnp.asarray([[5]]), jnp.asarray([[True]]), jnp.ones((1, 10), jnp.int32), 4)
         h = model.block(emb, jnp.asarray([[5, 6, 7, 8]]), ctx_kv, mask)

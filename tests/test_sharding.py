@@ -96,8 +96,8 @@ def test_optimizer_state_follows_its_parameter():
 
 def test_cache_and_bytes():
     plan = parallel.ShardingPlan(abstract_mesh(2, 4))
-    k = jax.ShapeDtypeStruct((4, 64, 4, 8), np.float32)  # one layer [B, S, K, D]
-    assert tuple(plan.cache_shardings({"k": k})["k"].spec) == ("data", None, "model", None)
+    k = jax.ShapeDtypeStruct((4, 4, 64, 8), np.float32)  # a drafter layer's [B, K, S, D]
+    assert tuple(plan.cache_shardings({"k": k})["k"].spec) == ("data", "model", None, None)
     k = jax.ShapeDtypeStruct((3, 4, 4, 64, 8), np.float32)  # the target's stacked [L, B, K, S, D]
     assert tuple(plan.cache_shardings({"k": k})["k"].spec) == (None, "data", "model", None, None)
     mesh = parallel.make_mesh("data=1,model=1")

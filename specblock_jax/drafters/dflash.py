@@ -41,7 +41,7 @@ from flax import nnx
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.common import load_model, target_head
 from specblock_jax.models.config import ModelConfig, RopeConfig
-from specblock_jax.models.attention import attend, switch_on_length
+from specblock_jax.models.attention import attend_heads_first, switch_on_length
 from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, rope_cos_sin, write_kv
 from specblock_jax.trees.tree import DraftTree, chain_parents
 
@@ -101,18 +101,19 @@ class DFlashLayer(nnx.Module):
         return apply_rope(k, cos, sin), v
 
     def __call__(self, x, cos, sin, ctx_k, ctx_v, mask, kv_len=None):
-        """x [B, T, H] block; ctx_k/ctx_v [B, S, K, D]; mask [B, T, S + T] -> [B, T, H]. kv_len []
+        """x [B, T, H] block; ctx_k/ctx_v [B, K, S, D]; mask [B, T, S + T] -> [B, T, H]. kv_len []
         (or None): no query sees a context slot >= kv_len, so attention spans only a length bucket
         of the context (models/attention.py)."""
         h = self.input_layernorm(x)
         q = apply_rope(self.q_norm(jnp.einsum("bth,hnd->btnd", h, self.q_proj[...])), cos, sin)
         k, v = self.kv(h, cos, sin)
-        size = ctx_k.shape[1]
+        size = ctx_k.shape[2]
 
         def over(n, q, ctx_k, ctx_v, k, v, mask):  # the first n context slots, then the block
-            return attend(q, jnp.concatenate([ctx_k[:, :n], k.astype(ctx_k.dtype)], 1),
-                          jnp.concatenate([ctx_v[:, :n], v.astype(ctx_v.dtype)], 1),
-                          jnp.concatenate([mask[..., :n], mask[..., size:]], -1))
+            return attend_heads_first(
+                q, jnp.concatenate([ctx_k[:, :, :n], jnp.swapaxes(k, 1, 2).astype(ctx_k.dtype)], 2),
+                jnp.concatenate([ctx_v[:, :, :n], jnp.swapaxes(v, 1, 2).astype(ctx_v.dtype)], 2),
+                jnp.concatenate([mask[..., :n], mask[..., size:]], -1))
 
         operands = (q, ctx_k, ctx_v, k, v, mask)
         out = over(size, *operands) if kv_len is None else switch_on_length(kv_len, size, over, *operands)
@@ -139,8 +140,12 @@ class DFlashModel(nnx.Module):
         cos, sin = rope_cos_sin(positions, self.c.rope, self.c.head_dim, ctx.dtype)
         return [layer.kv(ctx, cos, sin) for layer in self.layers]
 
+    def context_cache(self, ctx, positions):
+        """`context_kv` laid out as attention reads it: per layer (k, v) [B, K, T, D]."""
+        return [(jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)) for k, v in self.context_kv(ctx, positions)]
+
     def block(self, emb, positions, ctx_kv, mask, kv_len=None):
-        """emb [B, T, H] block embeddings at positions [B, T]; ctx_kv per layer (k, v) [B, S, K, D];
+        """emb [B, T, H] block embeddings at positions [B, T]; ctx_kv per layer (k, v) [B, K, S, D];
         mask [B, T, S + T] hiding context slots >= kv_len [] (None: no bound). Returns the final
         normed hidden [B, T, H]."""
         cos, sin = rope_cos_sin(positions, self.c.rope, self.c.head_dim, emb.dtype)
@@ -151,7 +156,7 @@ class DFlashModel(nnx.Module):
 
 
 class DFlashState(NamedTuple):
-    cache: tuple  # per layer (k, v) [B, S, K, D]: context K/V of every committed token but the root
+    cache: tuple  # per layer (k, v) [B, K, S, D]: context K/V of every committed token but the root
     length: jax.Array  # [B] int32 committed entries (= the target's cache length)
     block: jax.Array  # [B] int32 each sequence's block size (<= the static block_size)
     sampled: jax.Array  # [B] bool: the sequence committed a non-argmax token ("auto" mode samples)
@@ -218,7 +223,7 @@ class DFlashDrafter:
         dt = jnp.dtype(c.dtype)
         pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
         kv = model.context_kv(model.context(self._features(prefill.hidden).astype(dt)), pos)
-        shape = (b, max_len, c.num_kv_heads, c.head_dim)
+        shape = (b, c.num_kv_heads, max_len, c.head_dim)  # heads first, as attention reads it
         zero = jnp.zeros((b,), jnp.int32)
         cache = tuple((write_kv(jnp.zeros(shape, dt), k, zero), write_kv(jnp.zeros(shape, dt), v, zero))
                       for k, v in kv)
@@ -243,7 +248,7 @@ class DFlashDrafter:
         model = self._model(params)
         n = self.block_size
         b = root.shape[0]
-        size = state.cache[0][0].shape[1]
+        size = state.cache[0][0].shape[2]
         tokens = jnp.full((b, n), self.config.mask_token_id, jnp.int32).at[:, 0].set(root)
         positions = state.length[:, None] + jnp.arange(n, dtype=jnp.int32)[None, :]
         emb = jnp.take(params["embed"], tokens, axis=0).astype(jnp.dtype(self.config.dtype))

@@ -62,7 +62,7 @@ def dflash_loss(model, embed, head, target_hidden, tokens, loss_mask, valid, key
     prefix of each block: the greedy acceptance length if the target agrees with the labels)."""
     b, t = tokens.shape
     pos = positions_from_valid(valid)
-    ctx_kv = model.context_kv(model.context(target_hidden), pos)
+    ctx_kv = model.context_cache(model.context(target_hidden), pos)
     anchors, ok = sample_anchors(key, loss_mask, num_anchors)
     k = jnp.arange(block)
     idx = anchors[:, :, None] + k  # [B, A, Bk] token index of each block slot

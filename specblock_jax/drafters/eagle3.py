@@ -81,7 +81,7 @@ class Eagle3Model(nnx.Module):
                           preferred_element_type=jnp.float32)
 
     def step(self, emb, feat, positions, mask, cache, starts, kv_len):
-        """One pass over T pairs with a KV cache (k, v) [B, S, K, D] written at starts [B];
+        """One pass over T pairs with a KV cache (k, v) [B, K, S, D] written at starts [B];
         mask [B, T, S] hides every slot >= kv_len [] (attention costs what the sequence is long).
         Returns (hidden [B, T, H], cache); `logits` of the rows that need them."""
         cos, sin = rope_cos_sin(positions, self.c.rope, self.c.head_dim, emb.dtype)
@@ -91,7 +91,7 @@ class Eagle3Model(nnx.Module):
 
 
 class Eagle3State(NamedTuple):
-    cache: tuple[jax.Array, jax.Array]  # (k, v) [B, S, K, D]: committed entries, then tree scratch
+    cache: tuple[jax.Array, jax.Array]  # (k, v) [B, K, S, D]: committed entries, then tree scratch
     length: jax.Array  # [B] int32 committed entries (= the target's cache length)
     hidden: jax.Array  # [B, H] the last committed pair's output hidden (the next tree's root)
     logits: jax.Array  # [B, V'] its logits over the drafter's vocabulary
@@ -129,7 +129,7 @@ class Eagle3Drafter:
         b, p = prefill.tokens.shape
         size = max_len + self.top_k * self.depth  # committed entries + tree scratch
         c = self.config
-        shape = (b, size, c.num_kv_heads, c.head_dim)
+        shape = (b, c.num_kv_heads, size, c.head_dim)  # heads first, as attention reads it
         cache = (jnp.zeros(shape, jnp.dtype(c.dtype)), jnp.zeros(shape, jnp.dtype(c.dtype)))
         t = jnp.arange(p)[None, :]
         nxt = jnp.concatenate([prefill.tokens[:, 1:], prefill.tokens[:, -1:]], axis=1)
@@ -146,7 +146,7 @@ class Eagle3Drafter:
     def propose(self, params, state, ctx: DraftContext, key):
         model = self._model(params)
         length = state.length
-        size = state.cache[0].shape[1]
+        size = state.cache[0].shape[2]
         slots = jnp.arange(size)[None, None, :]
 
         def expand(carry, tokens, parent, node, anc, d):
@@ -181,7 +181,7 @@ class Eagle3Drafter:
         path = result.path[:, :rows]
         feats = model.fuse(jnp.take_along_axis(hidden, path[:, :, None, None], axis=1))
         emb = jnp.take(params["embed"], jnp.maximum(result.new_tokens[:, :rows], 0), axis=0)
-        size = state.cache[0].shape[1]
+        size = state.cache[0].shape[2]
         pos = length[:, None] + jnp.arange(rows)[None, :]
         mask = jnp.arange(size)[None, None, :] <= pos[:, :, None]
         h, cache = model.step(emb, feats, pos, mask, state.cache, length, jnp.max(length) + rows)

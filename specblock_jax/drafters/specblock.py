@@ -123,7 +123,7 @@ class SpecBlockModel(nnx.Module):
 
     def block(self, cond, emb, positions, mask, caches, starts, kv_len=None):
         """One block per group g: cond/emb [B, G, H], positions [B, G] (slot k at positions + 1 + k),
-        mask [B, G*K, S] over the caches ((k, v) per layer, each [B, S, kv, D]) into which the
+        mask [B, G*K, S] over the caches ((k, v) per layer, each [B, kv, S, D]) into which the
         G*K new entries are written at starts [B]; the mask hides every entry >= kv_len [] (None:
         attention spans all S). Returns (hidden [B, G, K, H], caches)."""
         c = self.c
@@ -159,7 +159,7 @@ class SpecBlockModel(nnx.Module):
 
 
 class SpecBlockState(NamedTuple):
-    cache: tuple  # per layer (k, v) [B, S, K, D]: K entries per committed pair, then tree scratch
+    cache: tuple  # per layer (k, v) [B, K, S, D]: K entries per committed pair, then tree scratch
     length: jax.Array  # [B] int32 committed pairs (= the target's cache length)
     hidden: jax.Array  # [B, K, H] the first block of the next tree (the last pair's slots)
     top: TopTokens  # [B, K, R] its best draft tokens and their log-probs (R = max(20, 1 + width))
@@ -238,7 +238,7 @@ class SpecBlockDrafter(SpecBlockDecoding):
         c, k = self.config, self.config.block_size
         b, p = prefill.tokens.shape
         size = max_len * k + (self.max_blocks - 1) * self.beam * k
-        shape = (b, size, c.num_kv_heads, c.head_dim)
+        shape = (b, c.num_kv_heads, size, c.head_dim)  # heads first, as attention reads it
         caches = tuple((jnp.zeros(shape, jnp.dtype(c.dtype)), jnp.zeros(shape, jnp.dtype(c.dtype)))
                        for _ in range(c.num_layers))
         t = jnp.arange(p)[None, :]
@@ -256,7 +256,7 @@ class SpecBlockDrafter(SpecBlockDecoding):
         k = self.config.block_size
         length = state.length
         b = length.shape[0]
-        size = state.cache[0][0].shape[1]
+        size = state.cache[0][0].shape[2]
         base = length * k  # [B] first scratch entry: right after the committed pairs' entries
         e = jnp.arange(size)
 
@@ -303,7 +303,7 @@ class SpecBlockDrafter(SpecBlockDecoding):
         rows = min(result.path.shape[1], self.max_blocks * self.config.block_size + 1)
         length = state.length
         count = ctx.cache_len - length  # pairs committed this step (0 for finished rows)
-        size = state.cache[0][0].shape[1]
+        size = state.cache[0][0].shape[2]
 
         def run(r, caches):
             path = result.path[:, :r]

@@ -116,7 +116,7 @@ def run_blocks(model, embed, cond, tokens, valid, ms: list) -> list[jax.Array]:
     c = model.c
     k = c.block_size
     key_ok = jnp.repeat(valid.astype(bool), k, axis=1)[:, None, :]  # [B, 1, T*K]
-    zeros = jnp.zeros((b, t * k, c.num_kv_heads, c.head_dim), jnp.dtype(c.dtype))
+    zeros = jnp.zeros((b, c.num_kv_heads, t * k, c.head_dim), jnp.dtype(c.dtype))  # caches [B, K, S, D]
     idx = jnp.arange(t)
     offset, kvs, hiddens = 0, [], []
     for blk in range(len(ms) + 1):
@@ -126,14 +126,14 @@ def run_blocks(model, embed, cond, tokens, valid, ms: list) -> list[jax.Array]:
             cond = jnp.take(hiddens[-1], ms[blk - 1] - 1, axis=2)
             offset = offset + ms[blk - 1]
             mask = later_block_mask(t, k, blk, ms)[None] & jnp.concatenate([key_ok] * (blk + 1), axis=2)
-        caches = tuple((jnp.concatenate([kv[layer][0] for kv in kvs] + [zeros], axis=1),
-                        jnp.concatenate([kv[layer][1] for kv in kvs] + [zeros], axis=1))
+        caches = tuple((jnp.concatenate([kv[layer][0] for kv in kvs] + [zeros], axis=2),
+                        jnp.concatenate([kv[layer][1] for kv in kvs] + [zeros], axis=2))
                        for layer in range(c.num_layers))
         tok = shift(tokens, 1 + offset)
         pos = jnp.broadcast_to(idx + offset, (b, t))
         hidden, caches = model.block(cond, jnp.take(embed, tok, axis=0), pos, mask, caches,
                                      jnp.full((b,), blk * t * k, jnp.int32))
-        kvs.append(tuple((ck[:, blk * t * k:], cv[:, blk * t * k:]) for ck, cv in caches))
+        kvs.append(tuple((ck[:, :, blk * t * k:], cv[:, :, blk * t * k:]) for ck, cv in caches))
         hiddens.append(hidden)
     return hiddens
 

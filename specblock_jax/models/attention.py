@@ -74,16 +74,14 @@ def switch_on_length(kv_len: jax.Array, size: int, fn: Callable, *operands):
 
 def attend_prefix(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                   kv_len: jax.Array | None) -> jax.Array:
-    """`attend` over the first kv_len slots of a cache: q [B, T, N, D], k/v [B, S, K, D], mask
-    [B, T, S] hiding every slot >= kv_len [] int32 (None: all S slots, the dense path)."""
+    """`attend` over the first kv_len slots of a heads-first cache: q [B, T, N, D], k/v
+    [B, K, S, D] (the layout the dot reads: no transpose of the cache), mask [B, T, S] hiding
+    every slot >= kv_len [] int32 (None: all S slots, the dense path)."""
     if kv_len is None:
-        return attend(q, k, v, mask)
-    # heads before slots outside the switch: the dot wants that layout, and inside a branch XLA
-    # would otherwise transpose (copy) the whole cache on every call
-    kt, vt = jnp.swapaxes(k, 1, 2), jnp.swapaxes(v, 1, 2)  # [B, K, S, D]
-    return switch_on_length(kv_len, k.shape[1],
-                            lambda n, q, kt, vt, m: _attend_heads_first(q, kt[:, :, :n], vt[:, :, :n], m[..., :n]),
-                            q, kt, vt, mask)
+        return attend_heads_first(q, k, v, mask)
+    return switch_on_length(kv_len, k.shape[2],
+                            lambda n, q, k, v, m: attend_heads_first(q, k[:, :, :n], v[:, :, :n], m[..., :n]),
+                            q, k, v, mask)
 
 
 def attend_stacked(q: jax.Array, k: jax.Array, v: jax.Array, layer: jax.Array, mask: jax.Array,
@@ -96,14 +94,14 @@ def attend_stacked(q: jax.Array, k: jax.Array, v: jax.Array, layer: jax.Array, m
     def prefix(n, q, k, v, m):
         kn = jax.lax.dynamic_slice(k, (layer, 0, 0, 0, 0), (1, b, kh, n, d))[0]
         vn = jax.lax.dynamic_slice(v, (layer, 0, 0, 0, 0), (1, b, kh, n, d))[0]
-        return _attend_heads_first(q, kn, vn, m[..., :n])
+        return attend_heads_first(q, kn, vn, m[..., :n])
 
     if kv_len is None:
         return prefix(s, q, k, v, mask)
     return switch_on_length(kv_len, s, prefix, q, k, v, mask)
 
 
-def _attend_heads_first(q, kt, vt, mask):
+def attend_heads_first(q, kt, vt, mask):
     """`attend` with k/v laid out [B, K, S, D]."""
     b, t, n, d = q.shape
     kv = kt.shape[1]

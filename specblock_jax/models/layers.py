@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specblock_jax.models.attention import attend_prefix, attend_stacked
+from specblock_jax.models.attention import attend, attend_prefix, attend_stacked
 from specblock_jax.models.config import ModelConfig, RopeConfig
 
 _INIT_STD = 0.02  # HF initializer_range
@@ -80,9 +80,9 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 
 def write_kv(cache: jax.Array, new: jax.Array, starts: jax.Array, layer: jax.Array | None = None
              ) -> jax.Array:
-    """Writes new [B, T, K, D] at slot starts[b] of each sequence, into cache [B, S, K, D], or into
-    layer `layer` of a stacked heads-first cache [L, B, K, S, D] (in place inside a scan over
-    layers).
+    """Writes new [B, T, K, D] at slot starts[b] of each sequence, into a heads-first cache
+    [B, K, S, D] (a drafter's), or into layer `layer` of a stacked cache [L, B, K, S, D] (the
+    target's; in place inside a scan over layers).
 
     The caller guarantees starts[b] + T <= S (dynamic_update_slice would clamp otherwise).
     """
@@ -93,8 +93,8 @@ def write_kv(cache: jax.Array, new: jax.Array, starts: jax.Array, layer: jax.Arr
         index = (layer, jnp.arange(b)[:, None, None], jnp.arange(k)[None, :, None], slots[:, None, :])
         return cache.at[index].set(jnp.swapaxes(new, 1, 2), mode="promise_in_bounds")
 
-    def one(c, x, s):
-        return jax.lax.dynamic_update_slice(c, x, (s, 0, 0))
+    def one(c, x, s):  # c [K, S, D], x [T, K, D]
+        return jax.lax.dynamic_update_slice(c, jnp.swapaxes(x, 0, 1), (0, s, 0))
 
     return jax.vmap(one)(cache, new, starts)
 
@@ -122,7 +122,7 @@ class Attention(nnx.Module):
     def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None):
         """x [B, T, H]; mask [B, T, S] over the cache (S slots) or [B, T, T] without one.
 
-        kv_cache: (k, v) each [B, S, K, D], or stacked heads-first [L, B, K, S, D] with this layer's
+        kv_cache: (k, v) each heads-first [B, K, S, D], or stacked [L, B, K, S, D] with this layer's
         index `layer` [] int32, or None; the new K/V are written at starts [B].
         kv_len [] int32 or None: no query sees a cache slot >= kv_len (attention then costs what
         the sequence is long, models/attention.py). Returns (out [B, T, H], updated (k, v) or None).
@@ -142,7 +142,7 @@ class Attention(nnx.Module):
             else:
                 att = attend_stacked(q, kv_cache[0], kv_cache[1], layer, mask, kv_len)
         else:
-            att = attend_prefix(q, k, v, mask, kv_len)
+            att = attend(q, k, v, mask)
         out = jnp.einsum("btnd,ndh->bth", att, self.o_proj[...])
         if self.bias:
             out = out + self.o_bias[...]

@@ -55,7 +55,7 @@ PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
 
 # Activations and caches (logical axes per dimension, used by `constrain` / the plan's helpers).
 KV_CACHE_AXES = ("layers", "batch", "kv_heads", "seq", "head_dim")  # [L, B, K, S, D] for all layers
-DRAFT_CACHE_AXES = ("batch", "seq", "kv_heads", "head_dim")  # [B, S, K, D]: one drafter layer
+DRAFT_CACHE_AXES = ("batch", "kv_heads", "seq", "head_dim")  # [B, K, S, D]: one drafter layer
 TOKENS_AXES = ("batch", "seq")  # [B, T] token ids, masks, decode outputs
 
 LOGICAL_TO_MESH: dict[str, str | None] = {
@@ -206,7 +206,7 @@ class ShardingPlan:
         return jax.tree_util.tree_map_with_path(one, tree)
 
     def cache_shardings(self, cache: Any) -> Any:
-        """Shardings for a `KVCache`: k/v [L, B, K, S, D] (or a drafter layer's [B, S, K, D]; batch
+        """Shardings for a `KVCache`: k/v [L, B, K, S, D] (or a drafter layer's [B, K, S, D]; batch
         over data, kv heads over model), lengths [B] over data."""
         def one(x):
             shape = tuple(np.shape(x))
