@@ -23,6 +23,7 @@ import numpy as np
 
 import specblock_jax as sbj
 from infer.decode import cli_method
+from specblock_jax.decoding.compiled import cached_count, release
 
 PROMPT_FILES = ("assets/prompts/humaneval.jsonl", "assets/prompts/heldout.jsonl", "assets/prompts/train.jsonl")
 
@@ -38,9 +39,10 @@ def load_prompts(n: int) -> list[str]:
 
 
 def measure(target, drafter, prompts, budgets, batch_size: int, refill: bool) -> dict:
-    start = time.perf_counter()
+    start, mark = time.perf_counter(), cached_count()
     res = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=budgets, batch_size=batch_size,
                        refill=refill)
+    release(mark)  # XLA:CPU runs out of code memory with a few hundred live executables
     batches = {r.stats.batch: (r.stats.total_time_s, r.stats.batch_steps, r.stats.compile_s) for r in res}
     wall = sum(w for w, _, _ in batches.values())
     tokens = sum(len(r.token_ids) for r in res)
@@ -55,7 +57,7 @@ def measure(target, drafter, prompts, budgets, batch_size: int, refill: bool) ->
             "outputs": [r.token_ids for r in res]}
 
 
-def run_job(name, target, methods, prompts, budgets, batch_sizes, rows) -> None:
+def run_job(name, target, methods, prompts, budgets, batch_sizes, rows, save) -> None:
     for method in methods:
         drafter = cli_method(method, target)
         for b in batch_sizes:
@@ -66,6 +68,7 @@ def run_job(name, target, methods, prompts, budgets, batch_sizes, rows) -> None:
                 rows.append({"job": name, "method": method, **r, "same_outputs": same,
                              "speedup_vs_static": r["tokens_per_s"] / off["tokens_per_s"]})
                 print(json.dumps(rows[-1]), flush=True)
+            save(rows)  # after every pair: a crash loses at most one
 
 
 def table(rows) -> str:
@@ -97,15 +100,18 @@ def main() -> None:
     prompts = load_prompts(max(a.requests, a.equal_requests))
     budgets = np.random.default_rng(a.seed).integers(a.min_new, a.max_new + 1, a.requests).tolist()
     rows: list[dict] = []
-    run_job(f"spread {a.min_new}-{a.max_new}", target, methods, prompts[:a.requests], budgets, sizes, rows)
-    if a.equal_requests:
-        run_job(f"equal {a.equal_new}", target, methods, prompts[:a.equal_requests],
-                [a.equal_new] * a.equal_requests, sizes, rows)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"target": a.target, "requests": a.requests, "budgets": [a.min_new, a.max_new],
             "equal": [a.equal_requests, a.equal_new], "seed": a.seed}
-    a.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
-    a.out.with_suffix(".md").write_text(table(rows) + "\n")
+
+    def save(rows) -> None:
+        a.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+        a.out.with_suffix(".md").write_text(table(rows) + "\n")
+
+    run_job(f"spread {a.min_new}-{a.max_new}", target, methods, prompts[:a.requests], budgets, sizes, rows, save)
+    if a.equal_requests:
+        run_job(f"equal {a.equal_new}", target, methods, prompts[:a.equal_requests],
+                [a.equal_new] * a.equal_requests, sizes, rows, save)
     print(table(rows))
 
 
