@@ -30,7 +30,7 @@ from specblock_jax.models.layers import DecoderLayer, rope_cos_sin
 
 
 def unrolled_forward(cfg):
-    """forward(per-layer params, tokens [B, 1], positions, (k, v) tuples of [B, S, K, D], lengths)."""
+    """forward(per-layer params, tokens [B, 1], positions, (k, v) tuples of [B, K, S, D], lengths)."""
     model = nnx.eval_shape(lambda: sbj.models.transformer.Transformer(cfg, nnx.Rngs(0)))
     layer_def = nnx.graphdef(DecoderLayer(cfg, jnp.float32, nnx.Rngs(0)))
     norm_def = nnx.graphdef(model.norm)
@@ -38,7 +38,7 @@ def unrolled_forward(cfg):
     def forward(params, tokens, positions, cache, lengths):
         x = jnp.take(params["embed_tokens"], tokens, axis=0)
         cos, sin = rope_cos_sin(positions, cfg.rope, cfg.head_dim, x.dtype)
-        mask = cache_mask(jnp.ones((tokens.shape[0], 1, 1), bool), lengths, cache[0][0].shape[1])
+        mask = cache_mask(jnp.ones((tokens.shape[0], 1, 1), bool), lengths, cache[0][0].shape[2])
         kv_len = jnp.max(lengths) + tokens.shape[1]
         ks, vs = [], []
         for i, p in enumerate(params["layers"]):
@@ -71,8 +71,8 @@ def measure(layers, context, new, batch, reps):
     target = sbj.init_target(cfg, seed=0)
     size = context + new + 64
     rng = np.random.default_rng(0)
-    k = jnp.asarray(rng.normal(size=(layers, batch, size, 2, 64)).astype(np.float32))
-    v = jnp.asarray(rng.normal(size=(layers, batch, size, 2, 64)).astype(np.float32))
+    k = jnp.asarray(rng.normal(size=(layers, batch, 2, size, 64)).astype(np.float32))  # [L, B, K, S, D]
+    v = jnp.asarray(rng.normal(size=(layers, batch, 2, size, 64)).astype(np.float32))
     lengths = jnp.full((batch,), context, jnp.int32)
     tok = jnp.zeros((batch,), jnp.int32)
 
