@@ -44,6 +44,7 @@ from infer.decode import read_prompts
 from specblock_jax import parallel
 from specblock_jax.training.regen_dataset import BatchIterator, build_tfds
 from specblock_jax.drafters import draft_vocab, registry
+from specblock_jax.drafters.io import record_chat
 from specblock_jax.training.trainer import TRAINER_DEFAULTS, train
 from train import train_target
 
@@ -180,7 +181,17 @@ def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str,
     print(f"{kind}: {len(train_source):,} training examples, {len(prompts)} evaluation prompts, "
           f"run dir {cfg['run_dir']}")
     task = builder(settings, target)
-    return train(task, cfg, target, data_iter_factory, prompts, mesh=mesh)
+    summary = train(task, cfg, target, data_iter_factory, prompts, mesh=mesh)
+    chat = regen_chat_format(cfg["regen_dir"])
+    if chat and jax.process_index() == 0:  # serving checks it (sbj.load_drafter(..., chat=...))
+        record_chat(cfg["out_dir"], chat)
+    return summary
+
+
+def regen_chat_format(regen_dir: str) -> dict[str, Any] | None:
+    """The chat format recorded by `train.regenerate --conversations` in regen_dir, or None."""
+    path = Path(regen_dir) / "settings.json"
+    return json.loads(path.read_text()).get("chat") if path.exists() else None
 
 
 def main(argv: list[str] | None = None) -> None:

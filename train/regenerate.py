@@ -18,6 +18,12 @@ Output folder:
 --tfds-dir: afterwards, (re)build the `specblock_regen` TFDS dataset of everything in --out there
 (see specblock_jax.training.regen_dataset); rerunning a finished job only rebuilds it.
 
+Conversations: `--conversations chats.jsonl` (OpenAI `messages` or ShareGPT `conversations` per
+line) instead of --prompts regenerates every assistant turn in the target tokenizer's chat template
+(`--chat-template FILE.jinja` to give one, `--thinking on|off` for Qwen3's switch, recorded in
+settings.json as "chat" and carried into the drafters trained on the data); records carry an
+assistant-only loss mask. See train/regenerate_chat.py.
+
 Resume: rerunning the same command skips (id, mode) pairs already written; a torn last line
 (a kill mid-write) is cut off. Bad input lines (invalid JSON, missing fields, empty prompts,
 duplicate ids, prompt tokens + max_new_tokens beyond the model's positions) are skipped and
@@ -45,7 +51,9 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from infer.decode import read_prompts as read_prompt_file
 from specblock_jax.decoding.generate import encode_prompts
+from specblock_jax.training import chat
 from specblock_jax.training.regen_dataset import MODES, build_tfds, read_records
+from train import regenerate_chat
 
 log = logging.getLogger("regenerate")
 SETTING_KEYS = ("target", "random_target", "max_new_tokens", "temperature", "top_k", "top_p", "seed")
@@ -90,7 +98,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", default="assets/target", help="HF checkpoint folder (default %(default)s)")
     p.add_argument("--random-target", action="store_true",
                    help="use a randomly initialised tiny Qwen3 with the shipped tokenizer (smoke tests)")
-    p.add_argument("--prompts", type=Path, required=True, help="JSONL with {id, prompt} per line")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prompts", type=Path, help="JSONL with {id, prompt} per line")
+    src.add_argument("--conversations", type=Path,
+                     help="JSONL conversations (OpenAI messages or ShareGPT): regenerate the assistant turns")
+    p.add_argument("--chat-template", type=Path, default=None,
+                   help="Jinja chat template file (default: the target tokenizer's own)")
+    p.add_argument("--thinking", choices=("on", "off", "default"), default="default",
+                   help="Qwen3's enable_thinking template switch (default: the template's default)")
+    p.add_argument("--max-len", type=int, default=0,
+                   help="conversations: skip those longer than this many tokens (0 = the model's positions)")
     p.add_argument("--out", type=Path, required=True, help="output folder (resumable)")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--modes", default="greedy,sampled", help=f"comma-separated subset of {MODES}")
@@ -112,9 +129,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def check_settings(args: argparse.Namespace) -> dict:
-    """Writes settings.json on the first run; refuses a rerun whose settings differ."""
+def chat_format(args: argparse.Namespace) -> chat.ChatFormat:
+    return chat.ChatFormat(enable_thinking={"on": True, "off": False}.get(args.thinking))
+
+
+def check_settings(args: argparse.Namespace, tok=None) -> dict:
+    """Writes settings.json on the first run; refuses a rerun whose settings differ. `tok`: the
+    chat tokenizer of a conversation run (its format is recorded as "chat")."""
     settings = {k: getattr(args, k) for k in SETTING_KEYS}
+    if tok is not None:
+        settings["chat"] = chat_format(args).record(tok)
     path = args.out / "settings.json"
     if path.exists():
         old = json.loads(path.read_text(encoding="utf-8"))
@@ -196,7 +220,7 @@ def summarize(args: argparse.Namespace, settings: dict, skipped: list[str], n_va
             "this_run": times.get(mode, {}),
         }
     return {
-        "settings": settings, "prompts_file": str(args.prompts), "limit": args.limit,
+        "settings": settings, "prompts_file": str(args.prompts or args.conversations), "limit": args.limit,
         "batch_size": args.batch_size, "valid_prompts": n_valid, "skipped": len(skipped),
         "skipped_reasons": skipped[:50], "modes": modes, "this_run_wall_s": round(wall_s, 2),
     }
@@ -205,32 +229,49 @@ def summarize(args: argparse.Namespace, settings: dict, skipped: list[str], n_va
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
-    if not args.prompts.exists():
-        raise SystemExit(f"{args.prompts}: prompt file not found")
+    source = args.prompts or args.conversations
+    if not source.exists():
+        raise SystemExit(f"{source}: input file not found")
     t_start = time.perf_counter()
     target = load(args)
+    tok = regenerate_chat.load_chat_tokenizer(target, args.chat_template) if args.conversations else None
     args.out.mkdir(parents=True, exist_ok=True)
-    settings = check_settings(args)
-    records, skipped = valid_prompts(target, args)
+    settings = check_settings(args, tok)
+    if tok is None:
+        records, skipped = valid_prompts(target, args)
+    else:
+        records, reasons = chat.read_conversations(args.conversations)
+        records = records[:args.limit] if args.limit is not None else records
+        skipped = [f"{n} records: {reason}" for reason, n in reasons.most_common()]
     for msg in skipped:
         log.warning("skipped %s", msg)
     pending = {}
     for mode in args.modes:
         done = done_ids(args.out / f"{mode}.jsonl")
-        todo = [r for r in records if r["id"] not in done]
-        pending[mode] = sorted(todo, key=lambda r: len(r["prompt_ids"]))  # similar lengths batch together
-        log.info("%s: %d prompts to generate, %d already done", mode, len(pending[mode]),
+        if tok is None:
+            todo = [r for r in records if r["id"] not in done]
+            pending[mode] = sorted(todo, key=lambda r: len(r["prompt_ids"]))  # similar lengths batch together
+        else:
+            pending[mode] = [c for c in records if c.id not in done]
+        log.info("%s: %d records to generate, %d already done", mode, len(pending[mode]),
                  len(records) - len(pending[mode]))
     times = {}
     with tqdm(total=sum(len(v) for v in pending.values()), desc="regenerate", unit="rec") as bar:
         for mode in args.modes:
-            times[mode] = run_mode(target, mode, pending[mode], args, bar)
+            if tok is None:
+                times[mode] = run_mode(target, mode, pending[mode], args, bar)
+            else:
+                times[mode] = regenerate_chat.run_chat_mode(
+                    target, tok, chat_format(args), mode, pending[mode], args, bar,
+                    lambda m, ids: batch_seed(args.seed, m, ids))
+                for reason, n in times[mode]["dropped"].items():
+                    log.warning("%s: dropped %d conversations: %s", mode, n, reason)
     summary = summarize(args, settings, skipped, len(records), times, time.perf_counter() - t_start)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     for mode, s in summary["modes"].items():
         print(f"{mode:<8} {s['records']:>6} records  mean response {s['mean_response_tokens']:.1f} "
               f"tokens  finish {s['finish_reasons']}")
-    print(f"{len(skipped)} prompts skipped (reasons above); wrote {args.out}")
+    print(f"{len(skipped)} skip reasons (above); wrote {args.out}")
     if args.tfds_dir is not None:
         builder = build_tfds(args.out, args.tfds_dir)
         splits = {k: v.num_examples for k, v in builder.info.splits.items()}

@@ -83,13 +83,44 @@ def check_target(path: Path, vocab_size: int, hidden_size: int, layers: tuple[in
                          f"{tc.hidden_size}, {tc.num_layers} layers")
 
 
-def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = None, **decoding):
+def record_chat(path: str | os.PathLike, chat: dict[str, Any]) -> None:
+    """Adds the chat format a drafter was trained on (`training.chat.ChatFormat.record`) to its
+    folder's config.json as "chat"."""
+    file = Path(path) / "config.json"
+    meta = json.loads(file.read_text())
+    meta["chat"] = chat
+    file.write_text(json.dumps(meta, indent=2))
+
+
+def check_chat(meta: dict, chat: dict[str, Any] | None, where: str) -> None:
+    """ValueError naming the field when serving's chat format `chat` ({"chat_template_sha256",
+    "enable_thinking"}, `ChatFormat.record`) differs from the one the drafter recorded. Either
+    side None (raw text) is not checked."""
+    recorded = meta.get("chat")
+    if not recorded or chat is None:
+        return
+    for field in ("chat_template_sha256", "enable_thinking"):
+        if recorded.get(field) != chat.get(field):
+            raise ValueError(f"{where}: chat format mismatch in {field}: the drafter was trained with "
+                             f"{recorded.get(field)!r}, serving uses {chat.get(field)!r}")
+
+
+def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = None,
+                 chat: dict[str, Any] | None = None, **decoding):
     """(Drafter, params) ready for `sbj.generate(target, ..., drafter=...)`. `decoding` overrides
-    the saved decoding settings (e.g. num_nodes=32, depth=6)."""
+    the saved decoding settings (e.g. num_nodes=32, depth=6). `chat`: the chat format prompts are
+    served in (`ChatFormat(...).record(tokenizer)`), refused when the drafter recorded another
+    (`check_chat`). A folder in a serving engine's layout (EAGLE-3, speculators, DFlash) is
+    imported (`drafters/hf_format.py`)."""
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path}: not a drafter folder (config.json is missing)")
     meta = json.loads((path / "config.json").read_text())
+    if "kind" not in meta:
+        from specblock_jax.drafters import hf_format
+
+        meta = hf_format.import_meta(path, meta, target)
+    check_chat(meta, chat, str(path))
     try:
         kind = registry.get(meta.get("kind"))
     except ValueError as e:

@@ -76,8 +76,9 @@ class RegenDataset(tfds.core.GeneratorBasedBuilder):
     folder) is needed only to build, not to read. One dataset per `data_dir`: build each regenerate
     run into its own `data_dir`. download_and_prepare() reuses a built version; `build_tfds` rebuilds.
 
-    Features per example: `id`, `mode` (text, read back as bytes), `prompt_ids`, `response_ids`
-    (int32 [n], variable length). Splits: `train` and `validation` (`is_validation(id)`, ~2%); a split
+    Features per example: `id`, `mode` (text, read back as bytes), `prompt_ids`, `response_ids`,
+    `assistant_mask` (int32 [n], variable length; the mask covers prompt + response, see
+    `record_mask`). Splits: `train` and `validation` (`is_validation(id)`, ~2%); a split
     that would be empty (a tiny source) is left out.
     Examples are keyed by "<mode>/<id>"; a repeated (id, mode) keeps its first record.
     """
@@ -86,8 +87,9 @@ class RegenDataset(tfds.core.GeneratorBasedBuilder):
     # TFDS finds a packaged builder's source through importlib_resources, which it does not install
     # on Python >= 3.9; giving the path directly avoids that import (no checksums file is used).
     code_path = epath.Path(__file__)
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "prompt_ids, response_ids, id, mode; train and hash-based validation"}
+    VERSION = tfds.core.Version("1.1.0")
+    RELEASE_NOTES = {"1.0.0": "prompt_ids, response_ids, id, mode; train and hash-based validation",
+                     "1.1.0": "assistant_mask: the tokens a drafter learns (conversations: every assistant turn)"}
 
     def __init__(self, *, source_dir: str | Path | None = None, **kwargs: Any):
         self._source_dir = Path(source_dir) if source_dir is not None else None
@@ -103,6 +105,7 @@ class RegenDataset(tfds.core.GeneratorBasedBuilder):
                 "mode": tfds.features.Text(),
                 "prompt_ids": tfds.features.Tensor(shape=(None,), dtype=np.int32),
                 "response_ids": tfds.features.Tensor(shape=(None,), dtype=np.int32),
+                "assistant_mask": tfds.features.Tensor(shape=(None,), dtype=np.int32),
             }),
         )
 
@@ -128,7 +131,22 @@ class RegenDataset(tfds.core.GeneratorBasedBuilder):
         for key, rec in records:
             yield key, {"id": str(rec["id"]), "mode": rec["mode"],
                         "prompt_ids": np.asarray(rec["prompt_ids"], np.int32),
-                        "response_ids": np.asarray(rec["response_ids"], np.int32)}
+                        "response_ids": np.asarray(rec["response_ids"], np.int32),
+                        "assistant_mask": record_mask(rec)}
+
+
+def record_mask(rec: Mapping[str, Any]) -> np.ndarray:
+    """int32 [n_prompt + n_response] tokens a drafter learns to predict: the record's
+    "assistant_mask" (a conversation's assistant turns, `train/regenerate.py --conversations`),
+    else the response tokens."""
+    p, r = len(rec["prompt_ids"]), len(rec["response_ids"])
+    if "assistant_mask" in rec:
+        mask = np.asarray(rec["assistant_mask"], np.int32)
+        if mask.shape != (p + r,):
+            raise ValueError(f"record {rec.get('id')!r}: assistant_mask has {mask.shape[0]} entries for "
+                             f"{p + r} tokens")
+        return mask
+    return np.concatenate([np.zeros(p, np.int32), np.ones(r, np.int32)])
 
 
 def build_tfds(source_dir: str | Path, data_dir: str | Path) -> RegenDataset:
@@ -140,7 +158,8 @@ def build_tfds(source_dir: str | Path, data_dir: str | Path) -> RegenDataset:
 
 
 def pack_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_len: int,
-                 pad_id: int = PAD_ID) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 pad_id: int = PAD_ID, assistant_mask: Sequence[int] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(tokens, loss_mask, attention_mask), each int32 [max_len], for one example.
 
     tokens = (prompt_ids + response_ids)[:max_len], right-padded with `pad_id`.
@@ -152,6 +171,8 @@ def pack_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_len
         loss_mask      [0, 0, 1, 1, 1, 0, 0, 0]     (6->7, 7->8, 8->1 (EOS))
         attention_mask [1, 1, 1, 1, 1, 1, 0, 0]
     A prompt of max_len or more tokens leaves an all-zero loss_mask.
+    With `assistant_mask` ([n_prompt + n_response], 1 at the tokens to learn: a conversation's
+    assistant turns) loss_mask[i] = assistant_mask[i + 1] instead.
     """
     p = len(prompt_ids)
     n = min(p + len(response_ids), max_len)
@@ -159,7 +180,12 @@ def pack_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_len
     tokens[:n] = np.concatenate([np.asarray(prompt_ids, np.int32), np.asarray(response_ids, np.int32)])[:n]
     attention = (np.arange(max_len) < n).astype(np.int32)
     nxt = np.arange(1, max_len + 1)  # position of the next token
-    loss = ((nxt >= p) & (nxt < n)).astype(np.int32)
+    if assistant_mask is None:
+        learn = nxt >= p
+    else:
+        learn = np.zeros(max_len, bool)
+        learn[:n - 1] = np.asarray(assistant_mask, np.int32)[1:n] > 0
+    loss = (learn & (nxt < n)).astype(np.int32)
     return tokens, loss, attention
 
 
@@ -222,7 +248,8 @@ class BatchIterator:
         out = {"tokens": np.full(shape, self.pad_id, np.int32),
                "loss_mask": np.zeros(shape, np.int32), "attention_mask": np.zeros(shape, np.int32)}
         for row, ex in enumerate(examples):
-            packed = pack_example(ex["prompt_ids"], ex["response_ids"], self.max_len, self.pad_id)
+            packed = pack_example(ex["prompt_ids"], ex["response_ids"], self.max_len, self.pad_id,
+                                  ex.get("assistant_mask"))
             out["tokens"][row], out["loss_mask"][row], out["attention_mask"][row] = packed
         self.batch += 1
         if self.batch == self.batches_per_epoch:
