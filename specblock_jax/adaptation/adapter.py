@@ -38,7 +38,6 @@ from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.adaptation.controller import CostAwareController
 from specblock_jax.adaptation.objective import objective_for
 from specblock_jax.decoding.compiled import compiled
-from specblock_jax.drafters import draft_vocab
 
 
 @dataclasses.dataclass(frozen=True)
@@ -276,7 +275,4 @@ class Adapter:
         """Writes the adapted drafter as a normal drafter folder (loadable by `load_drafter`)."""
         from specblock_jax.drafters.io import save_drafter
 
-        save_drafter(self.drafter, self.params["draft"], out_dir)
-        if "d2t" in self.params:  # a reduced draft vocabulary travels with the weights
-            draft_vocab.save(out_dir, draft_vocab.DraftVocab(np.asarray(self.params["d2t"]),
-                                                             np.asarray(self.params["t2d"])))
+        save_drafter(self.drafter, self.params, out_dir)  # with its reduced draft vocabulary, if any

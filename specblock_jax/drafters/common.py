@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from specblock_jax.drafters import draft_vocab
-from specblock_jax.drafters.io import check_target, load_weights, save_drafter
+from specblock_jax.drafters import draft_vocab, hf_format
+from specblock_jax.drafters.io import check_target, fill_params, load_weights, save_drafter
 from specblock_jax.models.config import ModelConfig, RopeConfig
 from specblock_jax.models.target import Target
 
@@ -93,10 +93,16 @@ def load_model(path: Path, meta: dict, target: Target, dtype: str, config_cls: t
     config = config_from_meta(config_cls, meta, dtype)
     check_target(path, config.vocab_size, config.hidden_size, config.feature_layers, target)
     graphdef, template = abstract_model(model_cls, config)
-    params = {"draft": load_weights(path, template, config.dtype), "embed": target.params["embed_tokens"]}
     size = getattr(config, "draft_vocab_size", 0)  # DFlash drafts with the target's own head
-    if size:
-        vocab = draft_vocab.load(path, config.vocab_size, size)
+    if meta.get("hf_format"):  # a serving engine's layout (drafters/hf_format.py)
+        flat, vocab = hf_format.read_weights(path, meta, config, target)
+        draft = fill_params(template, flat, jnp.dtype(config.dtype), str(path))
+    else:
+        draft = load_weights(path, template, config.dtype)
+        vocab = draft_vocab.load(path, config.vocab_size, size) if size else None
+    params = {"draft": draft, "embed": target.params["embed_tokens"]}
+    if vocab is not None:
+        draft_vocab.validate(vocab, config.vocab_size, size, str(path))
         params.update(d2t=jnp.asarray(vocab.d2t), t2d=jnp.asarray(vocab.t2d))
     return config, graphdef, params
 
@@ -158,9 +164,7 @@ class FeatureDrafterTask:
         return self.drafter(), bundle
 
     def export(self, params, out_dir: str) -> None:
-        save_drafter(self.drafter(), params, out_dir)
-        if self.vocab is not None:
-            draft_vocab.save(out_dir, self.vocab)
+        save_drafter(self.drafter(), params, out_dir, vocab=self.vocab)
 
 
 def row_buckets(rows: int) -> tuple[int, ...]:

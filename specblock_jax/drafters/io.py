@@ -50,18 +50,39 @@ def fill_params(template: dict, flat: dict[str, np.ndarray], dtype, where: str, 
     return out
 
 
-def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "bfloat16") -> Path:
-    """Writes the drafter's settings and its trainable weights (stored as `dtype`)."""
+def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "bfloat16",
+                 format: str = "specblock", vocab=None, **engine) -> Path:
+    """Writes the drafter's settings and its trainable weights (stored as `dtype`).
+
+    params: its trainable params, or the decoding params `load_drafter` returns ({"draft", "embed"
+    [, "d2t", "t2d"]}: the reduced draft vocabulary is taken from them). vocab: a DraftVocab
+    (drafters/draft_vocab.py) saved with it. format: "specblock" (ours: every kind) or a serving
+    engine's layout for its kind, "eagle3" / "speculators" (EAGLE-3) or "dflash"
+    (drafters/hf_format.py; `engine` = max_positions, verifier, chat there)."""
+    from specblock_jax.drafters import draft_vocab, hf_format
+
+    if "draft" in params:
+        if vocab is None and "d2t" in params:
+            vocab = draft_vocab.DraftVocab(np.asarray(params["d2t"]), np.asarray(params["t2d"]))
+        params = params["draft"]
+    if format not in hf_format.FORMATS:
+        raise ValueError(f"format {format!r}: choose from {hf_format.FORMATS}")
+    if format != "specblock":
+        return hf_format.export(drafter, params, vocab, path, format, dtype, **engine)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     kind = drafter.kind
     settings = {f.name: getattr(drafter, f.name) for f in dataclasses.fields(drafter)
                 if f.name not in ("config", "graphdef")}
     meta = {"kind": kind, "config": dataclasses.asdict(drafter.config), "decoding": settings}
+    if engine.get("chat"):
+        meta["chat"] = engine["chat"]
     (path / "config.json").write_text(json.dumps(meta, indent=2))
     np_dtype = jnp.dtype(dtype)
     flat = {k: np.asarray(jax.device_get(v)).astype(np_dtype) for k, v in flatten_params(params).items()}
     save_file(flat, str(path / "model.safetensors"), metadata={"format": "flax"})
+    if vocab is not None:
+        draft_vocab.save(path, vocab)
     return path
 
 
