@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import yaml
 
 import jax
@@ -59,6 +60,7 @@ CLI_DEFAULTS: dict[str, Any] = {
     "max_len": 512,
     "eval_prompts": "",  # "" = the regen validation split's prompts
     "eval_num_prompts": 16,
+    "init_from": "",  # a drafter folder (ours or a serving engine's layout) to fine-tune; "" = random init
 }
 
 
@@ -174,6 +176,7 @@ def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str,
         return BatchIterator(train_source, batch_size=cfg["batch_size"] // hosts,
                              max_len=cfg["max_len"], seed=cfg["seed"], state=state)
 
+    initial = start_from_drafter(kind, cfg, settings, target) if cfg["init_from"] else None
     if settings.get("draft_vocab_size") and not settings.get("draft_vocab"):
         settings["draft_vocab"] = cfg["draft_vocab"] = count_draft_vocab(
             sources["train"], target.config.vocab_size, settings["draft_vocab_size"], cfg["run_dir"])
@@ -181,11 +184,44 @@ def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str,
     print(f"{kind}: {len(train_source):,} training examples, {len(prompts)} evaluation prompts, "
           f"run dir {cfg['run_dir']}")
     task = builder(settings, target)
+    if initial is not None:
+        initial = check_initial(task, *initial)
+        task.init_params = lambda key: initial  # a fresh run starts from it; a resumed one from its checkpoint
     summary = train(task, cfg, target, data_iter_factory, prompts, mesh=mesh)
     chat = regen_chat_format(cfg["regen_dir"])
     if chat and jax.process_index() == 0:  # serving checks it (sbj.load_drafter(..., chat=...))
         record_chat(cfg["out_dir"], chat)
     return summary
+
+
+def start_from_drafter(kind: str, cfg: dict[str, Any], settings: dict[str, Any], target) -> tuple:
+    """Loads the `init_from` drafter (any layout `sbj.load_drafter` reads) for fine-tuning: its
+    feature layers and reduced draft vocabulary become this run's settings. Returns (drafter,
+    decoding params)."""
+    drafter, params = sbj.load_drafter(cfg["init_from"], target, dtype="float32")
+    if drafter.kind != kind:
+        raise ValueError(f"init_from {cfg['init_from']}: a {drafter.kind} drafter, not {kind}")
+    if hasattr(drafter.config, "feature_layers"):
+        settings["feature_layers"] = list(drafter.config.feature_layers)
+    if "d2t" in params:
+        vocab = draft_vocab.DraftVocab(np.asarray(params["d2t"]), np.asarray(params["t2d"]))
+        Path(cfg["run_dir"]).mkdir(parents=True, exist_ok=True)
+        draft_vocab.save(cfg["run_dir"], vocab)
+        settings["draft_vocab_size"] = int(vocab.d2t.shape[0])
+        settings["draft_vocab"] = cfg["draft_vocab"] = str(Path(cfg["run_dir"]) / draft_vocab.FILE)
+    return drafter, params
+
+
+def check_initial(task, drafter, params) -> dict:
+    """The trainable params of `drafter` when its architecture is the task's, else a ValueError
+    naming the fields that differ."""
+    mine = dataclasses.asdict(task.config)
+    theirs = dataclasses.asdict(drafter.config)
+    diff = {k: (theirs.get(k), v) for k, v in mine.items() if k != "dtype" and theirs.get(k) != v}
+    if diff:
+        raise ValueError(f"init_from: the drafter differs from this run's architecture in "
+                         f"{', '.join(f'{k} (drafter {a!r}, run {b!r})' for k, (a, b) in diff.items())}")
+    return jax.tree.map(lambda x: x.astype(task.config.dtype), params["draft"])
 
 
 def regen_chat_format(regen_dir: str) -> dict[str, Any] | None:
