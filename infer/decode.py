@@ -1,7 +1,11 @@
 """`specblock-decode`: batch decoding of a JSONL prompt file into a JSONL result file.
 
 Input: one `{"id", "prompt"}` per line, optionally with per-record `max_new_tokens` and
-`temperature`. Output: one line per record, `{"id", "text", "token_ids", "stats"}`, or
+`temperature`; or a conversation to answer instead of the prompt (`"messages"` in the OpenAI form or
+`"conversations"` in ShareGPT's, ending with a user turn), rendered with the target tokenizer's chat
+template and its generation prompt (`--chat-template FILE.jinja` to give one, `--thinking on|off`
+for Qwen3's switch). A drafter that recorded the chat format it was trained on is refused when it
+differs from the one served (template or thinking switch). Output: one line per record, `{"id", "text", "token_ids", "stats"}`, or
 `{"id", "line", "error"}` for a record that cannot be decoded (invalid JSON, missing fields, empty
 or overlong prompt, duplicate id). Each line is appended with a single write as soon as its batch
 finishes, so a killed job loses only the batch in flight; rerunning the same command skips every
@@ -38,14 +42,16 @@ import specblock_jax as sbj
 from specblock_jax import parallel
 from specblock_jax.decoding import methods
 from specblock_jax.decoding.generate import encode_prompts
+from specblock_jax.training import chat
 
 log = logging.getLogger("specblock-decode")
 DEFAULT_TARGET = "assets/target"
 DEFAULT_TOKENIZER = "assets/tokenizer"
 
 
-def read_prompts(path: Path) -> tuple[list[dict], list[dict]]:
-    """(valid records, error records). Records are keyed by id, error records by "line N"."""
+def read_prompts(path: Path, conversations: bool = False) -> tuple[list[dict], list[dict]]:
+    """(valid records, error records). Records are keyed by id, error records by "line N".
+    conversations: conversation records ("messages") are read (else they are error records)."""
     records, errors, seen = [], [], set()
     with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -57,9 +63,16 @@ def read_prompts(path: Path) -> tuple[list[dict], list[dict]]:
                 errors.append({"key": f"line {n}", "id": None, "line": n, "error": f"invalid JSON ({e.msg})"})
                 continue
             rid = str(rec["id"]) if isinstance(rec, dict) and rec.get("id") is not None else None
-            err = None
-            if not isinstance(rec, dict) or rid is None or not isinstance(rec.get("prompt"), str):
-                err = "expected an object with 'id' and a string 'prompt'"
+            err, messages = None, None
+            if isinstance(rec, dict) and rid is not None and ("messages" in rec or "conversations" in rec):
+                if not conversations:
+                    err = "a conversation record, not read here (a prompt file of {id, prompt})"
+                try:
+                    messages = chat.parse_record(rec, prompt=True)
+                except chat.ChatRecordError as e:
+                    err = err or str(e)
+            elif not isinstance(rec, dict) or rid is None or not isinstance(rec.get("prompt"), str):
+                err = "expected an object with 'id' and a string 'prompt' (or 'messages')"
             elif not rec["prompt"]:
                 err = "empty prompt"
             elif rid in seen:
@@ -70,7 +83,7 @@ def read_prompts(path: Path) -> tuple[list[dict], list[dict]]:
                 errors.append({"key": f"line {n}", "id": rid, "line": n, "error": err})
                 continue
             seen.add(rid)
-            records.append({"key": rid, "id": rid, "line": n, "prompt": rec["prompt"],
+            records.append({"key": rid, "id": rid, "line": n, "prompt": rec.get("prompt"), "messages": messages,
                             "max_new_tokens": rec.get("max_new_tokens"), "temperature": rec.get("temperature")})
     return records, errors
 
@@ -128,18 +141,36 @@ def load_target(args) -> sbj.Target:
     return target
 
 
-def cli_method(method: str, target: sbj.Target | None = None):
+def cli_method(method: str, target: sbj.Target | None = None, chat_format: dict | None = None):
     """`check_method` (and with a target, `resolve_method`) with a clear exit on a bad method."""
     try:
         methods.check_method(method)
-        return None if target is None else methods.resolve_method(method, target)
+        return None if target is None else methods.resolve_method(method, target, chat=chat_format)
     except ValueError as e:
         raise SystemExit(f"--method: {e}") from None
 
 
+def chat_setup(args, target: sbj.Target, conversations: bool):
+    """(chat tokenizer or None, ChatFormat): a tokenizer when records are conversations or a chat
+    option is given."""
+    fmt = chat.ChatFormat(enable_thinking={"on": True, "off": False}.get(args.thinking))
+    if not conversations and args.chat_template is None and args.thinking == "default":
+        return None, fmt
+    template = args.chat_template.read_text(encoding="utf-8") if args.chat_template else None
+    try:
+        return chat.chat_tokenizer(target.tokenizer, template), fmt
+    except ValueError as e:
+        raise SystemExit(f"{e} (--chat-template FILE.jinja)") from None
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="specblock-decode", description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompts", type=Path, required=True, help="JSONL with {id, prompt} per line")
+    p.add_argument("--prompts", type=Path, required=True,
+                   help="JSONL with {id, prompt} (or {id, messages}) per line")
+    p.add_argument("--chat-template", type=Path, default=None,
+                   help="Jinja chat template for conversation records (default: the tokenizer's)")
+    p.add_argument("--thinking", choices=("on", "off", "default"), default="default",
+                   help="Qwen3's enable_thinking switch for conversation records")
     p.add_argument("--out", type=Path, required=True, help="JSONL results (appended; resumable)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="HF checkpoint folder (default %(default)s)")
     p.add_argument("--random-target", action="store_true",
@@ -272,7 +303,9 @@ def main(argv=None) -> int:
         log.info("mesh %s over %d devices, %d processes", parallel.mesh_str(mesh),
                  jax.device_count(), jax.process_count())
     target = load_target(args)
-    drafter = cli_method(args.method, target)
+    records, errors = read_prompts(args.prompts, conversations=True)
+    tok, fmt = chat_setup(args, target, any(r["messages"] for r in records))
+    drafter = cli_method(args.method, target, fmt.record(tok) if tok is not None else None)
     adapter = None
     if args.adapt:
         if mesh is not None:
@@ -283,7 +316,9 @@ def main(argv=None) -> int:
         target = target.replace(params=plan.put(target.params))
         if isinstance(drafter, tuple):
             drafter = (drafter[0], plan.put(drafter[1]))
-    records, errors = read_prompts(args.prompts)
+    for rec in records:  # conversations become token ids: the template with its generation prompt
+        if rec["messages"]:
+            rec["prompt"] = chat.generation_prompt(tok, rec["messages"], fmt)
     if args.limit and len(records) > args.limit:  # the first N records and the errors among them
         cutoff = records[args.limit]["line"]
         records, errors = records[: args.limit], [e for e in errors if e["line"] < cutoff]

@@ -236,3 +236,87 @@ def test_foreign_embedding_and_chat_format_are_refused(target, eagle, tmp_path):
         sbj.load_drafter(tmp_path, target)
     with pytest.raises(ValueError, match="format 'dflash' holds dflash drafters"):
         sbj.save_drafter(drafter, params, tmp_path / "x", format="dflash")
+
+
+def _reference_dflash(w, cfg, feats, block_emb, head):
+    """z-lab DFlash's block forward (written from its `dflash/model.py` equations): context
+    features [P, n*H] of the prompt, block embeddings [B, H] ([root, MASK, ...] at positions P..),
+    non-causal attention over [context K/V; block K/V] -> logits [B - 1, V] of offsets 1.."""
+    import torch
+
+    eps, nh, nkv, d = cfg["rms_norm_eps"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    theta = cfg["rope_theta"]
+    p_len, b_len = feats.shape[0], block_emb.shape[0]
+    ctx = _rms(feats @ w["fc.weight"].T, w["hidden_norm.weight"], eps)
+    pos_ctx = torch.arange(p_len, dtype=torch.float64)
+    pos_blk = p_len + torch.arange(b_len, dtype=torch.float64)
+    x = block_emb
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"layers.{i}."
+        xn = _rms(x, w[p + "input_layernorm.weight"], eps)
+        q = _rms((xn @ w[p + "self_attn.q_proj.weight"].T).view(b_len, nh, d), w[p + "self_attn.q_norm.weight"], eps)
+        q = _rope(q, pos_blk, theta)
+        kc = _rms((ctx @ w[p + "self_attn.k_proj.weight"].T).view(p_len, nkv, d), w[p + "self_attn.k_norm.weight"], eps)
+        kb = _rms((xn @ w[p + "self_attn.k_proj.weight"].T).view(b_len, nkv, d), w[p + "self_attn.k_norm.weight"], eps)
+        k = torch.cat([_rope(kc, pos_ctx, theta), _rope(kb, pos_blk, theta)], 0)
+        v = torch.cat([(ctx @ w[p + "self_attn.v_proj.weight"].T).view(p_len, nkv, d),
+                       (xn @ w[p + "self_attn.v_proj.weight"].T).view(b_len, nkv, d)], 0)
+        k, v = k.repeat_interleave(nh // nkv, 1), v.repeat_interleave(nh // nkv, 1)
+        attn = torch.einsum("qnd,knd->nqk", q, k) / d ** 0.5
+        out = torch.einsum("nqk,knd->qnd", attn.softmax(-1), v).reshape(b_len, nh * d)
+        x = x + out @ w[p + "self_attn.o_proj.weight"].T
+        y = _rms(x, w[p + "post_attention_layernorm.weight"], eps)
+        x = x + (torch.nn.functional.silu(y @ w[p + "mlp.gate_proj.weight"].T)
+                 * (y @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+    return _rms(x, w["norm.weight"], eps)[1:] @ head
+
+
+def test_independent_dflash_checkpoint_matches_the_reference_forward(target, tmp_path):
+    """A DFlash checkpoint written with torch from the release's tensor names and config fields
+    imports, and its block logits match a torch reference forward within 1e-4 (fp32)."""
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+    from specblock_jax.drafters.base import Prefill
+    from specblock_jax.drafters.common import target_head
+
+    tc = target.config
+    h, nh, nkv, d, f = tc.hidden_size, tc.num_heads, tc.num_kv_heads, tc.head_dim, tc.intermediate_size
+    layers, block, layer_ids, mask_id = 2, 4, [0, 1, 3], 5
+    g = torch.Generator().manual_seed(1)
+    w = {"fc.weight": torch.randn(h, len(layer_ids) * h, generator=g) * 0.1}
+    for name in ("hidden_norm.weight", "norm.weight"):
+        w[name] = 1.0 + 0.1 * torch.randn(h, generator=g)
+    for i in range(layers):
+        p = f"layers.{i}."
+        for name, shape in {"self_attn.q_proj.weight": (nh * d, h), "self_attn.k_proj.weight": (nkv * d, h),
+                            "self_attn.v_proj.weight": (nkv * d, h), "self_attn.o_proj.weight": (h, nh * d),
+                            "mlp.gate_proj.weight": (f, h), "mlp.up_proj.weight": (f, h),
+                            "mlp.down_proj.weight": (h, f)}.items():
+            w[p + name] = torch.randn(shape, generator=g) * 0.15
+        for name, n in (("input_layernorm.weight", h), ("post_attention_layernorm.weight", h),
+                        ("self_attn.q_norm.weight", d), ("self_attn.k_norm.weight", d)):
+            w[p + name] = 1.0 + 0.1 * torch.randn(n, generator=g)
+    save_file(w, str(tmp_path / "model.safetensors"))
+    cfg = {"architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": block,
+           "num_target_layers": tc.num_layers, "dflash_config": {"mask_token_id": mask_id, "target_layer_ids": layer_ids},
+           "vocab_size": V, "hidden_size": h, "intermediate_size": f, "num_hidden_layers": layers,
+           "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": d, "rms_norm_eps": tc.rms_norm_eps,
+           "rope_theta": tc.rope.theta, "max_position_embeddings": tc.max_position_embeddings,
+           "tie_word_embeddings": False}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    drafter, params = sbj.load_drafter(tmp_path, target, draft_mode="greedy")
+    assert drafter.config.feature_layers == tuple(i + 1 for i in layer_ids) and drafter.block_size == block
+
+    tokens = np.random.default_rng(5).integers(0, V, 9).tolist()
+    p_len, root = len(tokens), 7
+    tok = jnp.asarray([tokens])
+    out = sbj.models.apply(target.graphdef, target.params, tok, jnp.arange(p_len)[None],
+                           sbj.models.causal_mask(1, p_len), hidden_ids=drafter.hidden_ids)
+    prefill = Prefill(tok, jnp.asarray([p_len]), out.hidden, out.logits[:, -1], jnp.asarray([root]))
+    state = drafter.init_state(params, prefill, p_len + 2 * block)
+    ours = np.asarray(drafter.draft_logits(params, state, jnp.asarray([root]))[0])
+    embed = np.array(target.params["embed_tokens"])
+    emb = torch.from_numpy(embed[[root] + [mask_id] * (block - 1)])
+    feats = torch.from_numpy(np.array(out.hidden[0]).reshape(p_len, -1))
+    ref = _reference_dflash(w, cfg, feats, emb, torch.from_numpy(np.array(target_head(target)))).numpy()
+    np.testing.assert_allclose(ours, ref, atol=1e-4, rtol=1e-4)

@@ -68,9 +68,10 @@ def check_method(method: str) -> None:
         raise ValueError(f"method {method!r}: ar takes no settings")
 
 
-def resolve_method(method: str, target) -> Any:
+def resolve_method(method: str, target, chat: dict | None = None) -> Any:
     """'ar' | 'prompt_lookup' | a drafter folder, each with optional ':key=value' overrides
-    -> what `generate` takes as `drafter`. ValueError for a bad method or setting."""
+    -> what `generate` takes as `drafter`. ValueError for a bad method or setting. chat: the chat
+    format served (`load_drafter` refuses a drafter trained on another)."""
     check_method(method)
     base, overrides = parse_method(method)
     if base == "ar":
@@ -78,7 +79,7 @@ def resolve_method(method: str, target) -> Any:
     try:
         if base == "prompt_lookup":
             return PromptLookup(**overrides)
-        return load_drafter(base, target, **overrides)
+        return load_drafter(base, target, chat=chat, **overrides)
     except TypeError as e:
         raise ValueError(f"method {method!r}: {e}") from None
 

@@ -114,7 +114,7 @@ def _layer_fields(c, max_positions: int) -> dict[str, Any]:
 
 
 def hf_config(fmt: str, drafter, max_positions: int, dtype: str, verifier: str = "",
-              chat: dict | None = None) -> dict[str, Any]:
+              chat: dict | None = None, verifier_architectures: tuple[str, ...] = ()) -> dict[str, Any]:
     """The config.json of `drafter` in layout `fmt` (see the module docstring)."""
     c = drafter.config
     settings = {f.name: getattr(drafter, f.name) for f in dataclasses.fields(drafter)
@@ -145,15 +145,19 @@ def hf_config(fmt: str, drafter, max_positions: int, dtype: str, verifier: str =
                 "algorithm": "eagle3", "default_proposal_method": "greedy",
                 "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": drafter.depth,
                                       "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-                "verifier": {"name_or_path": verifier or "target", "architectures": []}},
+                "verifier": {"name_or_path": verifier or "target",
+                             "architectures": list(verifier_architectures)}},
             "specblock": ours}
 
 
 def export(drafter, params: dict, vocab, path: str | Path, fmt: str, dtype: str = "bfloat16",
-           max_positions: int = 0, verifier: str = "", chat: dict | None = None) -> Path:
+           max_positions: int = 0, verifier: str = "", chat: dict | None = None,
+           verifier_architectures: tuple[str, ...] = ()) -> Path:
     """Writes `drafter` (trainable params; `vocab` its DraftVocab or None) as `model.safetensors`
     + `config.json` in layout `fmt`. A reduced draft vocabulary is reordered by target id, as
-    EAGLE-3's d2t/t2d pair assumes (the head's rows follow)."""
+    EAGLE-3's d2t/t2d pair assumes (the head's rows follow). max_positions: the target's position
+    limit (engines check it); verifier, verifier_architectures: the target's name and HF
+    architectures (speculators); chat: the chat format trained on (`ChatFormat.record`)."""
     if fmt == "dflash" and drafter.kind != "dflash" or fmt in ("eagle3", "speculators") and drafter.kind != "eagle3":
         raise ValueError(f"format {fmt!r} holds {'dflash' if fmt == 'dflash' else 'eagle3'} drafters, "
                          f"not {drafter.kind!r} (SpecBlock and BlockPilot save in format 'specblock')")
@@ -174,7 +178,7 @@ def export(drafter, params: dict, vocab, path: str | Path, fmt: str, dtype: str 
         tensors["d2t"] = d2t - np.arange(d2t.shape[0], dtype=np.int64)
         tensors["t2d"] = np.asarray(vocab.t2d) >= 0
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
-    config = hf_config(fmt, drafter, max(max_positions, 1), dtype, verifier, chat)
+    config = hf_config(fmt, drafter, max(max_positions, 1), dtype, verifier, chat, verifier_architectures)
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return path
 

@@ -95,8 +95,10 @@ def template_sha256(tokenizer) -> str:
     return hashlib.sha256(template.encode("utf-8")).hexdigest()
 
 
-def parse_record(rec: Any) -> tuple[dict[str, str], ...]:
-    """The messages of one JSONL record in either form; ChatRecordError with the reason."""
+def parse_record(rec: Any, prompt: bool = False) -> tuple[dict[str, str], ...]:
+    """The messages of one JSONL record in either form; ChatRecordError with the reason. prompt:
+    a conversation to answer (it must end with a user turn) rather than one to learn from (it
+    must hold an assistant turn)."""
     if not isinstance(rec, dict):
         raise ChatRecordError("not a JSON object")
     if "messages" in rec:
@@ -117,7 +119,9 @@ def parse_record(rec: Any) -> tuple[dict[str, str], ...]:
         if not isinstance(text, str) or not text.strip():
             raise ChatRecordError(f"empty {roles[role]} turn")
         out.append({"role": roles[role], "content": text})
-    if not any(m["role"] == "assistant" for m in out):
+    if prompt and out[-1]["role"] != "user":
+        raise ChatRecordError("a conversation to answer must end with a user turn")
+    if not prompt and not any(m["role"] == "assistant" for m in out):
         raise ChatRecordError("no assistant turn")
     return tuple(out)
 
