@@ -278,6 +278,9 @@ def import_meta(path: Path, hf: dict, target) -> dict[str, Any]:
                       block_size=block, mask_token_id=mask)
         kind = "dflash"
     else:
+        if layer.get("model_type", "llama") != "llama":  # a Qwen3 layer adds q/k norms
+            _fail(path, "model_type", f"{layer['model_type']!r}: our EAGLE-3 layer is the Llama layer "
+                                      "(no q/k norms) that vLLM's and SGLang's EAGLE-3 run")
         if layer.get("num_hidden_layers", 1) != 1:
             _fail(path, "num_hidden_layers", f"{layer['num_hidden_layers']}: our EAGLE-3 drafter has one layer")
         draft = hf.get("draft_vocab_size") or layer["vocab_size"]
