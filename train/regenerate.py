@@ -117,9 +117,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--limit", type=int, default=None, help="use only the first N valid prompts")
+    p.add_argument("--mesh", default=None,
+                   help="device mesh of this process, e.g. model=8: the target sharded over local chips")
+    p.add_argument("--shard", default=None,
+                   help="I/N: keep every N-th input record from the I-th (one process per host, each "
+                        "with its own --out; concatenate the <mode>.jsonl files afterwards)")
     p.add_argument("--tfds-dir", type=Path, default=None,
                    help="then build the specblock_regen TFDS dataset into this data_dir")
     args = p.parse_args(argv)
+    if args.shard is not None:
+        i, _, n = args.shard.partition("/")
+        if not (i.isdigit() and n.isdigit() and int(i) < int(n)):
+            p.error(f"--shard {args.shard!r}: expected I/N with 0 <= I < N")
+        args.shard = (int(i), int(n))
     args.modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in args.modes if m not in MODES]
     if bad or not args.modes:
@@ -186,7 +196,7 @@ def run_mode(target: sbj.Target, mode: str, todo: list[dict], args: argparse.Nam
             results = sbj.generate(
                 target, [r["prompt_ids"] for r in batch], temperature=temp, top_k=top_k, top_p=top_p,
                 max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                seed=batch_seed(args.seed, mode, [r["id"] for r in batch]),
+                seed=batch_seed(args.seed, mode, [r["id"] for r in batch]), mesh=args.mesh_obj,
             )
             compile_s = results[0].stats.compile_s
             times["compile_s"] += compile_s
@@ -234,6 +244,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{source}: input file not found")
     t_start = time.perf_counter()
     target = load(args)
+    args.mesh_obj = None
+    if args.mesh:
+        try:
+            args.mesh_obj = sbj.parallel.make_mesh(args.mesh)
+        except ValueError as e:
+            raise SystemExit(f"--mesh: {e}") from None
+        target = target.replace(params=sbj.parallel.ShardingPlan(args.mesh_obj).put(target.params))
     tok = regenerate_chat.load_chat_tokenizer(target, args.chat_template) if args.conversations else None
     args.out.mkdir(parents=True, exist_ok=True)
     settings = check_settings(args, tok)
@@ -245,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         skipped = [f"{n} records: {reason}" for reason, n in reasons.most_common()]
     for msg in skipped:
         log.warning("skipped %s", msg)
+    if args.shard is not None:
+        records = records[args.shard[0]::args.shard[1]]
     pending = {}
     for mode in args.modes:
         done = done_ids(args.out / f"{mode}.jsonl")

@@ -137,7 +137,7 @@ def hf_config(fmt: str, drafter, max_positions: int, dtype: str, verifier: str =
                                  "use_aux_hidden_state": True},
                 "specblock": ours}
     return {"architectures": [SPECULATORS_ARCHS[0]], "speculators_model_type": "eagle3",
-            "speculators_version": "0.3.0", **common,
+            "speculators_version": "0.9.0", **common,
             "norm_before_fc": False, "fc_norm": False, "norm_output": False, "embed_requires_grad": False,
             "transformer_layer_config": {"model_type": "llama", "num_hidden_layers": 1, "torch_dtype": dtype,
                                          **_layer_fields(c, max_positions)},
