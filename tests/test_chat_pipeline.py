@@ -13,6 +13,7 @@ import pytest
 import specblock_jax as sbj
 from specblock_jax.drafters.io import flatten_params
 from specblock_jax.training import chat
+from infer import decode
 from train import cli, regenerate
 from chat_fixtures import chat_tokenizer
 
@@ -79,6 +80,18 @@ def test_regenerate_train_export_and_finetune_a_chat_drafter(chat_target, tmp_pa
     with pytest.raises(ValueError, match="chat format mismatch in enable_thinking"):
         sbj.load_drafter(out, target, chat=chat.ChatFormat(enable_thinking=True).record(tok))
     drafter, params = sbj.load_drafter(out, target, chat=recorded)
+
+    # served here: conversation records in the chat format, the drafter's recorded format checked
+    ask = tmp_path / "ask.jsonl"
+    ask.write_text(json.dumps({"id": "q", "messages": [{"role": "user", "content": "hello world"}]}) + "\n")
+    decode.main(["--prompts", str(ask), "--out", str(tmp_path / "ans.jsonl"), "--target", str(chat_target),
+                 "--method", str(out), "--thinking", "off", "--max-new-tokens", "6"])
+    answer = json.loads((tmp_path / "ans.jsonl").read_text())
+    prompt = chat.generation_prompt(tok, [{"role": "user", "content": "hello world"}], fmt)
+    assert answer["token_ids"] == sbj.generate(target, [prompt], max_new_tokens=6)[0].token_ids
+    with pytest.raises(SystemExit, match="chat format mismatch in enable_thinking"):
+        decode.main(["--prompts", str(ask), "--out", str(tmp_path / "no.jsonl"), "--target", str(chat_target),
+                     "--method", str(out), "--thinking", "on"])
 
     sbj.save_drafter(drafter, params, tmp_path / "spec", dtype="float32", format="speculators",
                      max_positions=target.config.max_position_embeddings, chat=recorded)

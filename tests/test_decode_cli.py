@@ -51,7 +51,7 @@ def test_decodes_writes_error_records_and_resumes(tiny_ckpt, tmp_path, caplog):
     assert errors == {
         4: "invalid JSON (Expecting property name enclosed in double quotes)",
         5: "empty prompt", 6: "duplicate id",
-        7: "expected an object with 'id' and a string 'prompt'",
+        7: "expected an object with 'id' and a string 'prompt' (or 'messages')",
         8: errors[8], 9: "max_new_tokens must be a positive integer and temperature a number >= 0"}
     assert "exceed the model's 512 positions" in errors[8]
     done = [r for r in rows if "error" not in r]

@@ -272,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             pending[mode] = sorted(todo, key=lambda r: len(r["prompt_ids"]))  # similar lengths batch together
         else:
             pending[mode] = [c for c in records if c.id not in done]
-        log.info("%s: %d records to generate, %d already done", mode, len(pending[mode]),
-                 len(records) - len(pending[mode]))
+        log.info("%s: %d %s to generate, %d already done", mode, len(pending[mode]),
+                 "prompts" if tok is None else "conversations", len(records) - len(pending[mode]))
     times = {}
     with tqdm(total=sum(len(v) for v in pending.values()), desc="regenerate", unit="rec") as bar:
         for mode in args.modes:

@@ -38,10 +38,10 @@ from typing import Any
 
 import jax
 import numpy as np
+from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from specblock_jax.drafters import draft_vocab
-from specblock_jax.drafters.io import flatten_params
 from specblock_jax.models.config import RopeConfig
 from specblock_jax.models.hf_io import HFWeight
 
@@ -150,10 +150,11 @@ def hf_config(fmt: str, drafter, max_positions: int, dtype: str, verifier: str =
             "specblock": ours}
 
 
-def export(drafter, params: dict, vocab, path: str | Path, fmt: str, dtype: str = "bfloat16",
+def export(drafter, flat: dict, vocab, path: str | Path, fmt: str, dtype: str = "bfloat16",
            max_positions: int = 0, verifier: str = "", chat: dict | None = None,
            verifier_architectures: tuple[str, ...] = ()) -> Path:
-    """Writes `drafter` (trainable params; `vocab` its DraftVocab or None) as `model.safetensors`
+    """Writes `drafter` (its trainable params flattened to {"a/b": array}, `io.flatten_params`;
+    `vocab` its DraftVocab or None) as `model.safetensors`
     + `config.json` in layout `fmt`. A reduced draft vocabulary is reordered by target id, as
     EAGLE-3's d2t/t2d pair assumes (the head's rows follow). max_positions: the target's position
     limit (engines check it); verifier, verifier_architectures: the target's name and HF
@@ -165,7 +166,7 @@ def export(drafter, params: dict, vocab, path: str | Path, fmt: str, dtype: str 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     np_dtype = np.dtype(jax.numpy.dtype(dtype))
-    flat = {k: np.asarray(jax.device_get(v), np.float32) for k, v in flatten_params(params).items()}
+    flat = {k: np.asarray(jax.device_get(v), np.float32) for k, v in flat.items()}
     tensors = {}
     for name, w in _weights_of(fmt, c).items():
         tensors[w.name] = w.to_hf(flat.pop(name)).astype(np_dtype)
@@ -305,9 +306,8 @@ def read_weights(path: Path, meta: dict, config, target) -> tuple[dict[str, np.n
     flat = {}
     weights = _weights_of(fmt, config)
     if "lm_head.weight" not in raw and "lm_head" in weights and not config.draft_vocab_size:
-        from specblock_jax.drafters.common import target_head  # a drafter sharing the target's head
-
-        raw["lm_head.weight"] = np.asarray(target_head(target), np.float32).T
+        head = nnx.merge(target.graphdef, target.params).head_weight()  # the target's, shared
+        raw["lm_head.weight"] = np.asarray(head, np.float32).T
     for name, w in weights.items():
         if w.name not in raw:
             raise ValueError(f"{path}: tensor {w.name!r} is missing")

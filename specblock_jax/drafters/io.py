@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from specblock_jax.drafters import registry
+from specblock_jax.drafters import draft_vocab, hf_format, registry
 from specblock_jax.models.target import Target
 
 
@@ -59,8 +59,6 @@ def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "b
     (drafters/draft_vocab.py) saved with it. format: "specblock" (ours: every kind) or a serving
     engine's layout for its kind, "eagle3" / "speculators" (EAGLE-3) or "dflash"
     (drafters/hf_format.py; `engine` = max_positions, verifier, chat there)."""
-    from specblock_jax.drafters import draft_vocab, hf_format
-
     if "draft" in params:
         if vocab is None and "d2t" in params:
             vocab = draft_vocab.DraftVocab(np.asarray(params["d2t"]), np.asarray(params["t2d"]))
@@ -68,7 +66,7 @@ def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "b
     if format not in hf_format.FORMATS:
         raise ValueError(f"format {format!r}: choose from {hf_format.FORMATS}")
     if format != "specblock":
-        return hf_format.export(drafter, params, vocab, path, format, dtype, **engine)
+        return hf_format.export(drafter, flatten_params(params), vocab, path, format, dtype, **engine)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     kind = drafter.kind
@@ -138,8 +136,6 @@ def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = No
         raise FileNotFoundError(f"{path}: not a drafter folder (config.json is missing)")
     meta = json.loads((path / "config.json").read_text())
     if "kind" not in meta:
-        from specblock_jax.drafters import hf_format
-
         meta = hf_format.import_meta(path, meta, target)
     check_chat(meta, chat, str(path))
     try:
