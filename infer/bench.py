@@ -69,7 +69,9 @@ from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 
 def method_label(method: str) -> str:
     """Short name for files and plots: the drafter folder's name (its parent's for an `export`
-    folder) with any ':key=value' overrides."""
+    folder) with any ':key=value' overrides; "auto-" before an auto: method's."""
+    if method.startswith("auto:"):
+        return "auto-" + method_label(method[len("auto:"):])
     base, sep, rest = method.partition(":")
     path = Path(base)
     name = path.parent.name if path.name == "export" and path.parent.name else path.name
@@ -77,8 +79,8 @@ def method_label(method: str) -> str:
 
 
 def drafter_forwards_per_step(drafter) -> int:
-    """Drafter forwards per decoding step (0 for ar and prompt lookup)."""
-    resolved = resolve_drafter(drafter)
+    """Drafter forwards per decoding step (0 for ar and prompt lookup; an auto method's drafter's)."""
+    resolved = resolve_drafter(drafter.spec if isinstance(drafter, sbj.decoding.AutoServe) else drafter)
     return 0 if resolved is None else int(getattr(resolved[0], "forwards_per_step", 0))
 
 
@@ -136,6 +138,8 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
     base, adapt = split_adapt(base)
     drafter = cli_method(base, target)
     calibration = None
+    if isinstance(drafter, sbj.decoding.AutoServe) and (calib or adapt is not None):
+        raise SystemExit(f"--methods: {method!r}: an auto: method neither calibrates nor adapts")
     if calib:
         cal_prompts = prompts[: max(1, args.calibrate_prompts)]
         print(f"calibrating {method_label(method)} on {len(cal_prompts)} prompts "
@@ -183,7 +187,7 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
     prof = profile_summary(results)
     tau_median = float(np.median(taus))
     tau_run = sum(len(r.token_ids) - 1 for r in results) / max(sum(r.stats.target_forwards - 1 for r in results), 1)
-    is_ar = resolve_drafter(drafter) is None
+    is_ar = not isinstance(drafter, sbj.decoding.AutoServe) and resolve_drafter(drafter) is None
     draft_step = None if is_ar else (prof["propose_ms"] or 0.0) + (prof["update_ms"] or 0.0)
     verify_step = None if is_ar else prof["tree_forward_ms"] + prof["verify_ms"]
     ideal = 1.0 if is_ar else ideal_speedup(tau_run, prof["forward_1_ms"], prof["tree_forward_ms"],
@@ -209,6 +213,8 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
         "calibration": calibration,
         "adapt": adapter.summary() if adapter is not None else None,
         "adapt_events": adapter.events if adapter is not None else None,
+        "auto": drafter.summary() if isinstance(drafter, sbj.decoding.AutoServe) else None,
+        "auto_events": drafter.events if isinstance(drafter, sbj.decoding.AutoServe) else None,
         "token_ids": [r.token_ids for r in results],
         "texts": [r.text for r in results],
     }

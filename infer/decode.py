@@ -18,6 +18,11 @@ takes its share of the records (every process_count-th), decodes it in lockstep 
 and writes `<out stem>.process<i>-of-<n><suffix>` (process 0 also writes the error records);
 `cat` the per-host files for the whole result (docs/scale_out.md).
 
+Auto serving (`--method auto:METHOD`, e.g. auto:assets/drafters/eagle3): chunks of the job go to
+target-only decoding or to METHOD at its tree budget or half of it, whichever measures fastest per
+temperature regime, re-checked now and then (specblock_jax/decoding/auto.py); each record's stats
+carry its chunk's decision and measurement ("auto").
+
 Serving-time adaptation (`--adapt`, a trainable drafter only): the drafter learns from the verified
 tokens between batches whenever the cost-aware controller predicts the update pays over the rest of
 the job (docs/adaptation.md); outputs are unchanged. `--adapt-settings` tunes it
@@ -308,6 +313,8 @@ def main(argv=None) -> int:
     drafter = cli_method(args.method, target, fmt.record(tok) if tok is not None else None)
     adapter = None
     if args.adapt:
+        if isinstance(drafter, sbj.decoding.AutoServe):
+            raise SystemExit("--adapt does not combine with an auto: method yet")
         if mesh is not None:
             raise SystemExit("--adapt does not run under a mesh yet")
         adapter = make_adapter(args.method, drafter, args.adapt_settings)
@@ -354,6 +361,8 @@ def main(argv=None) -> int:
         run = decode_refill if refill else decode_batches
         tokens, run_s, compile_s = run(args, target, drafter, adapter, mesh, todo, out, bar)
     out.close()
+    if isinstance(drafter, sbj.decoding.AutoServe):
+        print(f"auto: {json.dumps(drafter.summary())}")
     if adapter is not None:
         print(f"adaptation: {json.dumps(adapter.summary())}")
         if args.adapt_save:

@@ -5,6 +5,7 @@ a module like `calibrate`: `step_profile.step_profile(...)`)."""
 from specblock_jax.decoding import calibrate, step_profile
 from specblock_jax.decoding.autoregressive import ar_loop
 from specblock_jax.decoding.compiled import compilation_count
+from specblock_jax.decoding.auto import AutoServe
 from specblock_jax.decoding.generate import generate
 from specblock_jax.decoding.methods import parse_method, resolve_drafter, resolve_method
 from specblock_jax.decoding.prefill import LoopOutput

@@ -27,8 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specblock_jax.decoding.generate import generate
-from specblock_jax.decoding.methods import resolve_drafter
-from specblock_jax.drafters.prompt_lookup import PromptLookup
+from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import apply
@@ -39,13 +38,6 @@ GRIDS: dict[str, dict[str, tuple[int, ...]]] = {  # default candidates per kind 
     "dflash": {"block_size": (4, 8, 16)},
     "prompt_lookup": {"num_nodes": (4, 8, 16)},
 }
-
-
-def drafter_kind(drafter) -> str:
-    """The registry kind of a drafter ("prompt_lookup" for `PromptLookup`)."""
-    if isinstance(drafter, PromptLookup):
-        return "prompt_lookup"
-    return str(getattr(type(drafter), "kind", type(drafter).__name__))
 
 
 def _trained_block_size(drafter) -> int:

@@ -15,9 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specblock_jax.decoding.auto import AutoServe
 from specblock_jax.decoding.autoregressive import ar_loop
 from specblock_jax.decoding.compiled import compiled
-from specblock_jax.decoding.methods import resolve_drafter
+from specblock_jax.decoding.drafter_arg import resolve_drafter
 from specblock_jax.decoding.prefill import LoopOutput
 from specblock_jax.decoding.refill import Finished, Request, Stream, pow2_at_least
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
@@ -108,7 +109,9 @@ def generate(
     drafter: None = target-only autoregressive decoding; "prompt_lookup"; a Drafter (see
     `specblock_jax.drafters`) or a (Drafter, params) pair: speculative decoding, whose output is
     token-identical to autoregressive decoding when greedy and distributed as the target's
-    sampling distribution otherwise. Sampling with seed s gives each prompt its own key stream
+    sampling distribution otherwise; an `AutoServe` (decoding/auto.py): chunks of the job served
+    by target-only decoding or speculation at a few tree budgets, whichever measures fastest
+    (each result's `stats.auto` is its chunk's event). Sampling with seed s gives each prompt its own key stream
     (fold_in(seed, prompt index)), so results do not depend on how prompts are batched.
     batch_size: rows per compiled batch (the last batch is padded to it); default min(8, prompts).
     max_cache_len (default max_position_embeddings) bounds prompt + max_new_tokens.
@@ -135,6 +138,11 @@ def generate(
     supported yet). With refill, a result's `stats.batch` numbers the loop's returns to the host
     (segments) and `total_time_s` is the wall time of the segment it finished in.
     """
+    if isinstance(drafter, AutoServe):
+        return _generate_auto(target, prompts, drafter, temperature=temperature, top_k=top_k, top_p=top_p,
+                              max_new_tokens=max_new_tokens, seed=seed, stop_tokens=stop_tokens,
+                              batch_size=batch_size, max_cache_len=max_cache_len, mesh=mesh, adapter=adapter,
+                              on_batch=on_batch, profile=profile, refill=refill)
     spec = resolve_drafter(drafter)
     if profile not in ("off", "draft", "all"):
         raise ValueError(f"profile must be 'off', 'draft' or 'all', got {profile!r}")
@@ -240,6 +248,44 @@ def generate(
             results[i] = GenerationResult(text, new, stats, i)
         if on_batch is not None:
             on_batch([results[i] for i in chunk])
+    return results  # type: ignore[return-value]
+
+
+def _generate_auto(target, prompts, auto: AutoServe, *, temperature, max_new_tokens, seed, batch_size,
+                   adapter, on_batch, **kw) -> list[GenerationResult]:
+    """`generate` with an AutoServe: the job in chunks per temperature regime, each decoded by
+    the option `auto.choose` picks and measured (decoding/auto.py)."""
+    if adapter is not None:
+        raise ValueError("auto: serving-time adaptation does not combine with auto serving yet")
+    n = len(prompts)
+    temps = _per_prompt(temperature, n, "temperature")
+    budget = _per_prompt(max_new_tokens, n, "max_new_tokens")
+    bsz = batch_size or min(8, max(n, 1))
+    size = auto.chunk or 2 * bsz
+    results: list[GenerationResult | None] = [None] * n
+    batches = 0  # stats.batch numbers batches (or refill segments) across the whole job
+    for r, regime in enumerate(("greedy", "sampled")):
+        idx = [i for i in range(n) if (temps[i] <= 0) == (regime == "greedy")]
+        for start in range(0, len(idx), size):
+            part = idx[start:start + size]
+            option, why = auto.choose(regime)
+            t0 = time.perf_counter()
+            # each chunk its own key streams: (seed, regime, chunk start) hashed into a seed
+            chunk_seed = int(jax.random.randint(jax.random.fold_in(jax.random.key(seed), 2 * start + r), (), 0,
+                                                2**31 - 1))
+            out = generate(target, [prompts[i] for i in part], auto.drafter_for(option),
+                           temperature=[temps[i] for i in part], max_new_tokens=[budget[i] for i in part],
+                           seed=chunk_seed, batch_size=bsz, **kw)
+            wall = time.perf_counter() - t0
+            compile_s = sum({res.stats.batch: res.stats.compile_s for res in out}.values())
+            event = auto.record(regime, option, why, len(part), sum(res.stats.new_tokens for res in out),
+                                wall - compile_s, compile_s)
+            for i, res in zip(part, out):
+                res.stats.auto, res.stats.batch = event, res.stats.batch + batches
+                results[i] = GenerationResult(res.text, res.token_ids, res.stats, i)
+            batches = 1 + max(results[i].stats.batch for i in part)
+            if on_batch is not None:
+                on_batch([results[i] for i in part])
     return results  # type: ignore[return-value]
 
 

@@ -1,7 +1,8 @@
 """Decoding methods by name: what `generate` takes as `drafter`, and the method strings of the
 command-line tools ('ar', 'prompt_lookup' or a drafter folder, with ':key=value' overrides).
 
-    resolve_drafter(None | "ar" | "prompt_lookup" | Drafter | (Drafter, params))
+    resolve_drafter(None | "ar" | "prompt_lookup" | Drafter | (Drafter, params))   # drafter_arg.py
+    resolve_method("auto:assets/drafters/eagle3", target)      # an AutoServe (decoding/auto.py)
     resolve_method("assets/drafters/specblock:rank_tree=false:num_nodes=24", target)
     split_adapt("assets/drafters/eagle3:adapt.cost_scale=0")   # -> (method, "cost_scale=0")
 """
@@ -11,25 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from specblock_jax.decoding.auto import AutoServe
+from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter  # noqa: F401 (re-exported)
 from specblock_jax.drafters.io import load_drafter
 from specblock_jax.drafters.prompt_lookup import PromptLookup
 
 BUILTIN_METHODS = ("ar", "prompt_lookup")
-
-
-def resolve_drafter(drafter: Any) -> tuple[Any, Any] | None:
-    """None | "ar" -> None (autoregressive); "prompt_lookup" | a Drafter | (Drafter, params)
-    -> (drafter, params)."""
-    if drafter is None or drafter == "ar":
-        return None
-    if drafter == "prompt_lookup":
-        return PromptLookup(), ()
-    if isinstance(drafter, tuple) and len(drafter) == 2:
-        return drafter
-    if hasattr(drafter, "propose"):
-        return drafter, ()
-    raise ValueError(f"unknown drafter {drafter!r}: use None, 'ar', 'prompt_lookup', a Drafter "
-                     "or a (Drafter, params) pair")
 
 
 def parse_method(method: str) -> tuple[str, dict]:
@@ -57,9 +45,16 @@ def _parse_value(raw: str) -> Any:
     return raw
 
 
+AUTO = "auto:"  # 'auto:METHOD' serves METHOD or target-only, whichever is faster (decoding/auto.py)
+
+
 def check_method(method: str) -> None:
     """ValueError unless `method` names ar, prompt_lookup or a drafter folder (no file is read
-    but the folder's config.json existence)."""
+    but the folder's config.json existence), or is 'auto:' followed by prompt_lookup or a folder."""
+    if method.startswith(AUTO):
+        method = method[len(AUTO):]
+        if parse_method(method)[0] == "ar":
+            raise ValueError("auto: needs a drafter method to weigh against target-only decoding")
     base, overrides = parse_method(method)
     if base not in BUILTIN_METHODS and not (Path(base) / "config.json").exists():
         raise ValueError(f"method {method!r}: expected one of {BUILTIN_METHODS} or a drafter folder, "
@@ -70,9 +65,12 @@ def check_method(method: str) -> None:
 
 def resolve_method(method: str, target, chat: dict | None = None) -> Any:
     """'ar' | 'prompt_lookup' | a drafter folder, each with optional ':key=value' overrides
-    -> what `generate` takes as `drafter`. ValueError for a bad method or setting. chat: the chat
-    format served (`load_drafter` refuses a drafter trained on another)."""
+    -> what `generate` takes as `drafter`; 'auto:METHOD' an `AutoServe` of it (its budget and half
+    of it, and target-only). ValueError for a bad method or setting. chat: the chat format served
+    (`load_drafter` refuses a drafter trained on another)."""
     check_method(method)
+    if method.startswith(AUTO):
+        return AutoServe(resolve_method(method[len(AUTO):], target, chat=chat), budgets=None)
     base, overrides = parse_method(method)
     if base == "ar":
         return None

@@ -33,12 +33,12 @@ class GenerationStats:
     # batched propose + update; None when draft_time_s is
     batch_draft_time_s: float | None = None
     batch_steps: int | None = None  # decoding steps (target forwards) its batch or refill segment ran
+    auto: dict | None = None  # with auto serving (decoding/auto.py): its chunk's decision and measurement
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (without `adapt` when no adapter ran, without `step_profile` when
-        none was taken)."""
+        """A JSON-ready dict (without `adapt`, `step_profile` or `auto` when they are None)."""
         out = dataclasses.asdict(self)
-        for name in ("adapt", "step_profile"):
+        for name in ("adapt", "step_profile", "auto"):
             if out[name] is None:
                 del out[name]
         return out

@@ -1,0 +1,72 @@
+"""Auto serving (decoding/auto.py): target-only or speculation, whichever measures fastest; greedy
+outputs identical to target-only, sampled outputs distributed as the target's while it switches,
+and the choice rule (explore, exploit, re-check)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import specblock_jax as sbj
+from specblock_jax.decoding import AutoServe
+from spec_drafters import RandomTreeDrafter, skewed_draft_params
+from test_speculative import V, _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
+from test_speculative import small_vocab_target  # noqa: F401 (a fixture)
+
+
+def test_the_choice_explores_every_option_then_serves_the_fastest_and_rechecks():
+    auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3)
+    assert auto.options == ["ar", 4, 8]  # prompt lookup's own budget (8 nodes) and 4
+    picks = []
+    speed = {"ar": 100.0, 4: 300.0, 8: 200.0}
+    for _ in range(10):
+        option, why = auto.choose("greedy")
+        picks.append((option, why))
+        auto.record("greedy", option, why, requests=4, tokens=int(speed[option]), seconds=1.0, compile_s=0.0)
+    assert picks[:3] == [("ar", "explore"), (4, "explore"), (8, "explore")]
+    assert [p for p, _ in picks[3:]] == [4, 4, "ar", 4, 4, 8, 4]  # every 3rd after exploring: the stalest other
+    assert [w for _, w in picks[3:]] == ["best", "best", "recheck", "best", "best", "recheck", "best"]
+    assert auto.choose("sampled") == ("ar", "explore")  # regimes are measured apart
+    assert auto.summary()["greedy"]["chunks"] == {"ar": 2, "4": 6, "8": 2}
+    with pytest.raises(ValueError, match="no tree budget"):
+        AutoServe((RandomTreeDrafter(6, V), ()), budgets=(4,))
+
+
+def test_auto_greedy_output_is_target_only_and_every_chunk_is_logged(small_vocab_target):
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(18)]
+    budgets = [4 + 5 * (i % 4) for i in range(18)]
+    auto = AutoServe("prompt_lookup", budgets=(4,), chunk=4, recheck_every=2)
+    temps = [0.0] * 12 + [1.0] * 6
+    ar = sbj.generate(small_vocab_target, prompts[:12], max_new_tokens=budgets[:12], batch_size=2)
+    res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=budgets, batch_size=2,
+                       temperature=temps)
+    assert [r.token_ids for r in res[:12]] == [r.token_ids for r in ar]
+    assert [r.index for r in res] == list(range(18)) and all(len(r.token_ids) == b for r, b in zip(res, budgets))
+    greedy = [e for e in auto.events if e["regime"] == "greedy"]
+    assert [e["option"] for e in greedy[:3]] == ["ar", 4, 8] and len(greedy) == 3  # 12 requests, chunks of 4
+    assert [e["requests"] for e in auto.events if e["regime"] == "sampled"] == [4, 2]
+    assert all(r.stats.auto["regime"] == ("greedy" if i < 12 else "sampled") for i, r in enumerate(res))
+    assert sum(e["tokens"] for e in auto.events) == sum(budgets)
+
+
+def test_auto_sampling_follows_the_target_distribution_while_switching(small_vocab_target):
+    """6000 draws in chunks of 1000: target-only and speculation with a stochastic drafter far from
+    the target both serve chunks; the pooled (t2, t3) pairs match the target's exact distribution."""
+    prompt = [1, 2, 3]
+    drafter = (RandomTreeDrafter(8, V, stochastic=True, max_children=4), skewed_draft_params(V))
+    auto = AutoServe(drafter, chunk=1000, recheck_every=2)
+    counts, res = sampled_pair_counts(small_vocab_target, auto, V, prompt, 6000, 1.0)
+    served = {e["option"] for e in auto.events}
+    assert served == {"ar", "spec"} and len(auto.events) == 6  # both options served chunks
+    exact = _exact_pair_distribution(small_vocab_target, prompt, 1.0)
+    assert _chi_square_pvalue(counts, exact) > 1e-3
+    assert _chi_square_pvalue(counts, _exact_pair_distribution(small_vocab_target, prompt, 1.25)) < 1e-6
+
+
+def test_auto_method_string_resolves_and_refuses_ar(tmp_path):
+    target = sbj.init_target(sbj.models.config.tiny(vocab_size=16), seed=0)
+    auto = sbj.decoding.resolve_method("auto:prompt_lookup:num_nodes=6", target)
+    assert isinstance(auto, AutoServe) and auto.options == ["ar", 3, 6]
+    with pytest.raises(ValueError, match="needs a drafter method"):
+        sbj.decoding.resolve_method("auto:ar", target)
