@@ -27,7 +27,9 @@ Serving-time adaptation (`--adapt`, a trainable drafter only): the drafter learn
 tokens between batches whenever the cost-aware controller predicts the update pays over the rest of
 the job (docs/adaptation.md); outputs are unchanged. `--adapt-settings` tunes it
 (`specblock_jax.adaptation.AdaptConfig` keys; or ':adapt.KEY=VALUE' on the method), `--adapt-save
-DIR` writes the adapted drafter at the end. Each record's stats carry its batch's adaptation event.
+DIR` writes the adapted drafter at the end. The adapter's whole state (weights, optimizer, replay
+buffer, controller, events) is saved to `<out>.adapter/` (`--adapt-state`) as the job runs, and a
+resumed job loads it and continues adapting. Each record's stats carry its batch's adaptation event.
 """
 
 from __future__ import annotations
@@ -200,6 +202,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--adapt-settings", default="",
                    help="AdaptConfig keys, e.g. subset=layer+fc,cost_scale=1,learning_rate=1e-3")
     p.add_argument("--adapt-save", type=Path, default=None, help="write the adapted drafter here")
+    p.add_argument("--adapt-state", type=Path, default=None,
+                   help="the adapter's state folder (default <out>.adapter): saved as the job runs "
+                        "(at most every --adapt-state-every seconds, and at the end), loaded by a resumed job")
+    p.add_argument("--adapt-state-every", type=float, default=60.0)
     parallel.distributed.add_flags(p)
     return p.parse_args(argv)
 
@@ -214,6 +220,22 @@ def make_adapter(method: str, drafter, settings: str):
         return Adapter(drafter[0], drafter[1], AdaptConfig.parse(settings))
     except ValueError as e:
         raise SystemExit(f"adaptation ({method!r}): {e}") from None
+
+
+class AdapterSaver:
+    """Saves the adapter's whole state to its folder after records are written, at most every
+    `every_s` seconds (`force`: now), so a resumed job continues adapting."""
+
+    def __init__(self, adapter, path: Path | None, every_s: float):
+        self.adapter, self.path, self.every_s = adapter, path, every_s
+        self.last = time.perf_counter()
+
+    def __call__(self, force: bool = False) -> None:
+        if self.adapter is None or self.path is None:
+            return
+        if force or time.perf_counter() - self.last >= self.every_s:
+            self.adapter.save_state(str(self.path))
+            self.last = time.perf_counter()
 
 
 def host_out_path(out: Path) -> Path:
@@ -243,6 +265,7 @@ def decode_refill(args, target, drafter, adapter, mesh, todo, out, bar) -> tuple
                 seen.add(res.stats.batch)
                 acc["compile"] += res.stats.compile_s
         bar.update(len(batch))
+        args.saver()
         run_s = time.perf_counter() - start - acc["compile"]
         bar.set_postfix(tok_s=f"{acc['tokens'] / run_s:.1f}" if run_s > 0 else "-")
 
@@ -284,6 +307,7 @@ def decode_batches(args, target, drafter, adapter, mesh, todo, out, bar) -> tupl
             tokens += len(res.token_ids)
             _write(out, rec, res)
         bar.update(len(batch))
+        args.saver()
         bar.set_postfix(tok_s=f"{tokens / run_s:.1f}" if run_s else "-")
     return tokens, run_s, compile_s
 
@@ -318,6 +342,17 @@ def main(argv=None) -> int:
         if mesh is not None:
             raise SystemExit("--adapt does not run under a mesh yet")
         adapter = make_adapter(args.method, drafter, args.adapt_settings)
+        state = args.adapt_state or args.out.with_name(args.out.name + ".adapter")
+        if (state / "state.json").exists():
+            try:
+                adapter.load_state(str(state))
+            except ValueError as e:
+                raise SystemExit(f"--adapt-state: {e}") from None
+            log.info("continuing adaptation from %s (%d batches, %d updates so far)", state,
+                     len(adapter.events), adapter.controller.updates)
+        args.adapt_state = state
+    args.saver = AdapterSaver(adapter, args.adapt_state if adapter is not None else None,
+                              args.adapt_state_every)
     if mesh is not None:  # lay the weights out once (generate then finds them in place)
         plan = parallel.ShardingPlan(mesh)
         target = target.replace(params=plan.put(target.params))
@@ -361,6 +396,7 @@ def main(argv=None) -> int:
         run = decode_refill if refill else decode_batches
         tokens, run_s, compile_s = run(args, target, drafter, adapter, mesh, todo, out, bar)
     out.close()
+    args.saver(force=True)
     if isinstance(drafter, sbj.decoding.AutoServe):
         print(f"auto: {json.dumps(drafter.summary())}")
     if adapter is not None:

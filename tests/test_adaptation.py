@@ -3,6 +3,8 @@ with adaptation on, the controller's cost decisions, subset updates, rollback, c
 
 from __future__ import annotations
 
+import json
+
 import math
 
 import jax
@@ -195,3 +197,26 @@ def test_bad_settings_and_kinds_are_refused(target, eagle3):
         Adapter(sbj.drafters.prompt_lookup.PromptLookup(), ())
     with pytest.raises(ValueError, match="the drafter the adapter was built for"):
         sbj.generate(target, [[1, 2, 3]], drafter="prompt_lookup", adapter=_adapter(eagle3))
+
+
+def test_the_adapter_state_saves_and_a_resumed_job_continues_identically(target, eagle3, prompts, tmp_path):
+    """Saving after half a job and loading into a fresh adapter continues exactly as the adapter
+    that never stopped (updates forced: cost_scale=0)."""
+    kw = dict(drafter=eagle3, max_new_tokens=12, batch_size=2)
+    straight, first = _adapter(eagle3, cost_scale=0.0), _adapter(eagle3, cost_scale=0.0)
+    for ad in (straight, first):
+        sbj.generate(target, prompts[:4], adapter=ad, **kw)
+    first.save_state(str(tmp_path / "state"))
+    resumed = _adapter(eagle3, cost_scale=0.0)
+    resumed.load_state(str(tmp_path / "state"))
+    assert resumed.events == json.loads(json.dumps(first.events, default=float))
+    assert resumed.controller.updates == first.controller.updates >= 1 and resumed.buffer.size == first.buffer.size
+    for ad in (straight, resumed):
+        sbj.generate(target, prompts[4:], adapter=ad, **kw)
+    assert [e["update"] for e in resumed.events] == [e["update"] for e in straight.events]
+    for name in straight.trainable:
+        np.testing.assert_array_equal(np.asarray(resumed.trainable[name]), np.asarray(straight.trainable[name]))
+    for a, b in zip(jax.tree.leaves(resumed.opt_state), jax.tree.leaves(straight.opt_state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    with pytest.raises(ValueError, match="saved for another drafter or adapt setting"):
+        _adapter(eagle3, steps=3).load_state(str(tmp_path / "state"))

@@ -175,6 +175,16 @@ def test_adaptation_flags_keep_outputs_and_save_the_adapted_drafter(tiny_ckpt, t
     assert sum(r["stats"]["adapt"]["update"] for r in adapted) == 3  # every boundary with work left
     before = sbj.load_drafter(str(tmp_path / "eagle3"), target)[1]["draft"]["fc"]
     after = sbj.load_drafter(str(tmp_path / "adapted"), target)[1]["draft"]["fc"]
+    state = json.loads((tmp_path / "adapt.jsonl.adapter" / "state.json").read_text())
+    assert len(state["events"]) == 4  # the adapter's whole state is kept with the job
+    # a resumed job loads the state and continues: half the job, then the rest
+    method = f"{tmp_path / 'eagle3'}:adapt.cost_scale=0:adapt.min_rows=1:adapt.eval_rows=1:adapt.steps=1:adapt.window=32"
+    assert decode.main(common + ["--out", str(tmp_path / "half.jsonl"), "--method", method, "--limit", "2"]) == 0
+    assert len(json.loads((tmp_path / "half.jsonl.adapter" / "state.json").read_text())["events"]) == 2
+    assert decode.main(common + ["--out", str(tmp_path / "half.jsonl"), "--method", method]) == 0
+    resumed = json.loads((tmp_path / "half.jsonl.adapter" / "state.json").read_text())
+    assert len(resumed["events"]) == 4 and [e["batch"] for e in resumed["events"]] == [0, 1, 2, 3]
+    assert [r["token_ids"] for r in _rows(tmp_path / "half.jsonl")] == [r["token_ids"] for r in plain]
     assert not np.array_equal(np.asarray(before), np.asarray(after))
     with pytest.raises(SystemExit, match="no trainable drafter"):
         decode.main(common + ["--out", str(tmp_path / "x.jsonl"), "--method", "prompt_lookup", "--adapt"])

@@ -19,7 +19,8 @@ prefill and the verification forwards: no extra target forward). The adapter
 The target decides every committed token, so outputs do not depend on adaptation (greedy output
 is identical; sampling keeps the target's distribution). The adapter's state (parameters, optimizer,
 buffer, controller) lives as long as the object: reuse it across `generate` calls to persist,
-make a new one to reset; `save` writes the adapted drafter folder.
+make a new one to reset; `save_state` / `load_state` carry it across processes (a resumed
+`specblock-decode --adapt` job continues adapting); `save` writes the adapted drafter folder.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 import optax
 from flax import traverse_util
 
+from specblock_jax.adaptation import persist
 from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.adaptation.controller import CostAwareController
 from specblock_jax.adaptation.objective import objective_for
@@ -270,6 +272,15 @@ class Adapter:
                 "trainable_params": self.num_trainable,
                 "mean_predicted_gain": float(np.mean([e["predicted_gain"] for e in made])) if made else None,
                 "mean_realised_gain": float(np.mean(realised)) if realised else None}
+
+    def save_state(self, path: str) -> None:
+        """Writes the whole adaptation state (weights, optimizer, buffer, controller, events) to
+        folder `path`, atomically (adaptation/persist.py)."""
+        persist.save_state(self, path)
+
+    def load_state(self, path: str) -> None:
+        """Continues from a state `save_state` wrote for this drafter and config."""
+        persist.load_state(self, path)
 
     def save(self, out_dir: str) -> None:
         """Writes the adapted drafter as a normal drafter folder (loadable by `load_drafter`)."""
