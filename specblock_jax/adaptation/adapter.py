@@ -10,9 +10,10 @@ target's hidden states at the drafter's feature layers (collected inside the dec
 prefill and the verification forwards: no extra target forward). The adapter
   1. adds them to the replay buffer;
   2. once `eval_rows` rows have arrived since the last update, scores the old and the new
-     parameters on them (a paired tau proxy on data the update never saw, see objective.py), feeds
-     the realised gain to the controller, and rolls the update back if it made the drafter worse
-     (`rollback`);
+     parameters on them, rows the update never saw, by replaying them through the drafter's real
+     tree builder and the greedy acceptance rule (replay.py: the exact tau each weight set would
+     have had on those sequences, no target forward), feeds the realised gain to the controller,
+     and rolls the update back if it made the drafter worse (`rollback`);
   3. with the last update evaluated, asks the controller (controller.py) whether one more update
      round pays over the remaining work; if so runs `steps` optimizer steps (AdamW, gradient
      clipping) on rows sampled from the buffer, updating only the parameters under `subset`.
@@ -38,6 +39,7 @@ from flax import traverse_util
 from specblock_jax.adaptation import persist
 from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.adaptation.controller import CostAwareController
+from specblock_jax.adaptation.replay import buffer_spans, replay_tau
 from specblock_jax.adaptation.objective import objective_for
 from specblock_jax.decoding.compiled import compiled
 
@@ -58,7 +60,7 @@ class AdaptConfig:
     min_rows: int = 4  # buffer rows before the first update
     cost_scale: float = 1.0  # update iff predicted saving > cost_scale * measured cost
     prior_gain: float = 0.1  # relative tau gain assumed of a first update (exploration)
-    rollback: bool = True  # undo an update that lowered the tau proxy on fresh rows
+    rollback: bool = True  # undo an update that lowered the replayed tau on fresh rows
     seed: int = 0
 
     @classmethod
@@ -109,11 +111,14 @@ def _update_round(objective, drafter, tx, paths, rows, depth, trainable, fixed, 
     return jax.lax.fori_loop(0, steps, one, (trainable, opt_state, jnp.float32(0)))
 
 
-def _evaluate(objective, drafter, paths, depth, old, new, fixed, tok, fea, valid, mask, key):
-    """Tau proxies of the `old` and `new` trainable parameters on the same rows and key."""
-    a = objective(drafter, _merge(fixed, old, paths), fea, tok, mask, valid, key, depth)[1]
-    b = objective(drafter, _merge(fixed, new, paths), fea, tok, mask, valid, key, depth)[1]
-    return a, b
+def _evaluate(drafter, vocab_size, paths, old, new, fixed, tok, fea, start, end):
+    """Exact paired greedy tau of the `old` and `new` trainable parameters on the same served rows
+    (adaptation/replay.py): committed tokens / decoding steps, summed over the rows."""
+    def tau(trainable):
+        steps, committed = replay_tau(drafter, vocab_size, _merge(fixed, trainable, paths), tok, fea, start, end)
+        return jnp.sum(committed) / jnp.maximum(jnp.sum(steps), 1)
+
+    return tau(old), tau(new)
 
 
 class Adapter:
@@ -126,6 +131,7 @@ class Adapter:
                              "trainable weights under 'draft'")
         self.drafter, self.config = drafter, config
         self.objective = objective_for(drafter)
+        self.vocab_size = int(params["embed"].shape[0])  # the target's (its embedding's rows)
         weights = traverse_util.flatten_dict(params["draft"])
         prefixes = [p.strip().strip("/") for p in config.subset.replace("+", ",").split(",") if p.strip()]
         if config.subset in ("all", "auto"):
@@ -186,12 +192,13 @@ class Adapter:
         return trainable, opt_state, float(loss), seconds
 
     def _evaluate(self, old, new, slots):
+        """(tau old, tau new, seconds): the exact greedy replay of the rows at `slots`."""
         c = self.config
         slots = np.resize(np.asarray(slots), c.eval_rows)  # static shape: repeat the fresh rows
         rows = self.buffer.rows(slots)
-        args = (old, new, self.fixed, rows["tokens"], rows["hidden"], rows["valid"], rows["loss_mask"],
-                self._next_key())
-        (a, b), seconds = self._run(_evaluate, (self.objective, self.drafter, self.paths, c.depth), *args)
+        start, end = buffer_spans(rows["valid"], rows["loss_mask"])
+        args = (old, new, self.fixed, rows["tokens"], rows["hidden"], start, end)
+        (a, b), seconds = self._run(_evaluate, (self.drafter, self.vocab_size, self.paths), *args)
         return float(a), float(b), seconds
 
     def _calibrate(self, slots):
@@ -230,7 +237,7 @@ class Adapter:
             realised = after / before - 1.0
             ctl.observe_gain(realised)
             # the update's own event gets its realised gain; this one records the evaluation
-            event.update(eval_proxy_old=before, eval_proxy_new=after, eval_s=eval_s)
+            event.update(eval_tau_old=before, eval_tau_new=after, eval_s=eval_s)
             self.events[index]["realised_gain"] = realised
             ctl.observe_cost(self.events[index]["update_s"] + eval_s)
             if self.config.rollback and realised < 0:

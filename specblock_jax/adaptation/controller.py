@@ -55,7 +55,7 @@ class CostAwareController:
         self.cost_estimate = seconds if self.cost_estimate is None else 0.5 * (self.cost_estimate + seconds)
 
     def observe_gain(self, realised: float) -> None:
-        """Realised relative gain of the latest update (tau proxy new / old - 1 on fresh rows)."""
+        """Realised relative gain of the latest update (replayed tau new / old - 1 on fresh rows)."""
         if self.gain_estimate is None:
             self.gain_estimate = realised
         else:

@@ -65,7 +65,13 @@ def _deepest_path(parents: jax.Array, passed: jax.Array, anc: jax.Array | None =
 def verify_greedy(tree: DraftTree, logits: jax.Array, anc: jax.Array | None = None) -> VerifyResult:
     """tree with N nodes, logits [B, N, V] (the target's next-token logits at every node); anc
     [B, N, N] its ancestor mask when the caller already built it (the tree forward needs it)."""
-    want = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B, N]
+    return accept_greedy(tree, jnp.argmax(logits, axis=-1).astype(jnp.int32), anc)
+
+
+def accept_greedy(tree: DraftTree, want: jax.Array, anc: jax.Array | None = None) -> VerifyResult:
+    """Greedy acceptance given want [B, N]: the target's next token after every node (-1: none
+    known; no child of that node is accepted). `verify_greedy` with the logits' argmax;
+    adaptation/replay.py with the committed continuation."""
     parent_want = jnp.take_along_axis(want, jnp.maximum(tree.parents, 0), axis=1)
     path, count, end = _deepest_path(tree.parents, tree.valid & (tree.tokens == parent_want), anc)
     bonus = jnp.take_along_axis(want, end[:, None], axis=1)[:, 0]
