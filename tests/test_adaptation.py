@@ -16,6 +16,7 @@ import specblock_jax as sbj
 from specblock_jax.adaptation import AdaptConfig, Adapter, CostAwareController
 from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.decoding.compiled import compilation_count
+from specblock_jax.drafters.blockpilot import BlockPilotDrafter, PolicyConfig, init_policy
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.drafters.specblock_train import SpecBlockTask
@@ -90,10 +91,17 @@ def test_buffer_keeps_the_last_window_of_long_sequences():
     assert rows["hidden"][1, :, 0, 0].tolist() == [5, 6, 7, 8]
 
 
-@pytest.mark.parametrize("kind", ["eagle3", "specblock", "dflash"])
+@pytest.mark.parametrize("kind", ["eagle3", "specblock", "dflash", "blockpilot"])
 def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, prompts, kind):
     if kind == "eagle3":
         drafter = eagle3
+    elif kind == "blockpilot":  # adaptation trains the DFlash drafter inside
+        task = DFlashTask({"num_layers": 1, "block_size": 4, "num_anchors": 3, "mask_token_id": 3}, target)
+        policy = PolicyConfig((2, 3, 4), "topk", 4, V, 16)
+        graphdef, pparams = init_policy(policy, seed=3)
+        pparams = {**jax.tree.map(lambda x: x * 8.0, pparams), "std": jnp.ones_like(pparams["std"])}
+        dflash = task.decoding_drafter(task.init_params(jax.random.key(2)))
+        drafter = (BlockPilotDrafter(dflash[0], policy, graphdef), {"dflash": dflash[1], "policy": pparams})
     else:
         task = (SpecBlockTask({"num_nodes": 10, "num_blocks": 2}, target) if kind == "specblock" else
                 DFlashTask({"num_layers": 1, "block_size": 4, "num_anchors": 3, "mask_token_id": 3}, target))
@@ -104,8 +112,9 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
     on = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, batch_size=2, adapter=ad, refill=True)
     summary = ad.summary()
     assert summary["updates"] == summary["decisions"] >= 3  # every refill with work left
-    changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.any(a != b)), ad.params["draft"],
-                                           drafter[1]["draft"]))
+    inner = (lambda p: p["dflash"]) if kind == "blockpilot" else (lambda p: p)
+    changed = jax.tree.leaves(jax.tree.map(lambda a, b: bool(jnp.any(a != b)), inner(ad.params)["draft"],
+                                           inner(drafter[1])["draft"]))
     assert any(changed)  # the drafter really was updated between batches
     assert [r.token_ids for r in on] == [r.token_ids for r in off] == [r.token_ids for r in ar]
     assert all(r.stats.adapt is not None for r in on)

@@ -91,7 +91,13 @@ def _merge(fixed, trainable: dict, paths: tuple) -> Any:
     return traverse_util.unflatten_dict(flat)
 
 
-def _update_round(objective, drafter, tx, paths, rows, depth, trainable, fixed, opt_state, data,
+def _part(params, prefix: tuple) -> Any:
+    for k in prefix:
+        params = params[k]
+    return params
+
+
+def _update_round(objective, drafter, tx, paths, prefix, rows, depth, trainable, fixed, opt_state, data,
                   size, steps, key):
     """`steps` (traced) optimizer steps, each on `rows` rows drawn uniformly from the filled buffer."""
     def one(i, carry):
@@ -101,7 +107,7 @@ def _update_round(objective, drafter, tx, paths, rows, depth, trainable, fixed, 
         tok, fea, valid, mask = (d[idx] for d in data)
 
         def loss(tr):
-            return objective(drafter, _merge(fixed, tr, paths), fea, tok, mask, valid,
+            return objective(drafter, _part(_merge(fixed, tr, paths), prefix), fea, tok, mask, valid,
                              jax.random.fold_in(k, 1), depth)[0]
 
         value, grads = jax.value_and_grad(loss)(trainable)
@@ -126,13 +132,18 @@ class Adapter:
 
     def __init__(self, drafter: Any, params: Any, config: AdaptConfig = AdaptConfig(),
                  controller: CostAwareController | None = None):
-        if not isinstance(params, dict) or "draft" not in params:
+        # a drafter that wraps a trainable one (BlockPilot: its DFlash drafter) names it with
+        # `adapt_part` = (path of its params, the inner drafter): updates train the inner weights
+        # with the inner kind's objective; decoding and replay use the whole drafter
+        self.prefix, self.inner = getattr(drafter, "adapt_part", ((), drafter))
+        inner_params = _part(params, self.prefix) if isinstance(params, dict) else None
+        if not isinstance(inner_params, dict) or "draft" not in inner_params:
             raise ValueError(f"drafter kind {type(drafter).__name__}: adaptation needs params with "
                              "trainable weights under 'draft'")
         self.drafter, self.config = drafter, config
-        self.objective = objective_for(drafter)
-        self.vocab_size = int(params["embed"].shape[0])  # the target's (its embedding's rows)
-        weights = traverse_util.flatten_dict(params["draft"])
+        self.objective = objective_for(self.inner)
+        self.vocab_size = int(inner_params["embed"].shape[0])  # the target's (its embedding's rows)
+        weights = traverse_util.flatten_dict(inner_params["draft"])
         prefixes = [p.strip().strip("/") for p in config.subset.replace("+", ",").split(",") if p.strip()]
         if config.subset in ("all", "auto"):
             chosen = [k for k in weights if config.subset == "all" or k[0] != "lm_head"]
@@ -142,8 +153,8 @@ class Adapter:
         if not chosen:
             raise ValueError(f"adapt subset {config.subset!r} matches no drafter weight; weights: "
                              f"{sorted({_path(k).split('/')[0] for k in weights})}")
-        self.paths = tuple((_path(("draft",) + k), ("draft",) + k) for k in chosen)
-        self.trainable = {name: jnp.array(weights[key[1:]], copy=True) for name, key in self.paths}
+        self.paths = tuple((_path(("draft",) + k), self.prefix + ("draft",) + k) for k in chosen)
+        self.trainable = {name: jnp.array(weights[k], copy=True) for (name, _), k in zip(self.paths, chosen)}
         self.fixed = params
         self.tx = optax.chain(optax.clip_by_global_norm(1.0),
                               optax.adamw(config.learning_rate, weight_decay=0.0))
@@ -184,7 +195,7 @@ class Adapter:
 
     def _update(self, steps: int | None = None):
         c = self.config
-        static = (self.objective, self.drafter, self.tx, self.paths, c.batch_rows, c.depth)
+        static = (self.objective, self.inner, self.tx, self.paths, self.prefix, c.batch_rows, c.depth)
         args = (self.trainable, self.fixed, self.opt_state, self.buffer.data,
                 jnp.int32(self.buffer.size), jnp.int32(c.steps if steps is None else steps),
                 self._next_key())
@@ -290,7 +301,9 @@ class Adapter:
         persist.load_state(self, path)
 
     def save(self, out_dir: str) -> None:
-        """Writes the adapted drafter as a normal drafter folder (loadable by `load_drafter`)."""
+        """Writes the adapted drafter as a normal drafter folder (loadable by `load_drafter`); for a
+        wrapping drafter (BlockPilot) the adapted inner one (its DFlash drafter)."""
         from specblock_jax.drafters.io import save_drafter
 
-        save_drafter(self.drafter, self.params, out_dir)  # with its reduced draft vocabulary, if any
+        # with its reduced draft vocabulary, if any
+        save_drafter(self.inner, _part(self.params, self.prefix), out_dir)

@@ -111,6 +111,8 @@ class BlockPilotDrafter:
                              f"max(sizes) = {max(self.policy.sizes)}")
 
     num_nodes = property(lambda self: self.dflash.num_nodes)
+    # serving-time adaptation trains the DFlash drafter inside (adaptation/adapter.py)
+    adapt_part = property(lambda self: (("dflash",), self.dflash))
     max_children = property(lambda self: self.dflash.max_children)
     hidden_ids = property(lambda self: self.dflash.hidden_ids)
     forwards_per_step = property(lambda self: self.dflash.forwards_per_step)
