@@ -190,10 +190,14 @@ def test_dflash_export_import_round_trip(target, tmp_path):
     for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(lp["draft"])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
-    a = sbj.generate(target, prompts, drafter=(drafter, bundle), max_new_tokens=12, batch_size=2)
-    b = sbj.generate(target, prompts, drafter=(loaded, lp), max_new_tokens=12, batch_size=2)
-    assert [r.token_ids for r in b] == [r.token_ids for r in a]
-    assert [(r.stats.tau, r.stats.target_forwards) for r in b] == [(r.stats.tau, r.stats.target_forwards) for r in a]
+    for temperature in (0.0, 1.0):  # greedy and sampled: the same draws with the same weights
+        a = sbj.generate(target, prompts, drafter=(drafter, bundle), max_new_tokens=12, batch_size=2,
+                         temperature=temperature, seed=4)
+        b = sbj.generate(target, prompts, drafter=(loaded, lp), max_new_tokens=12, batch_size=2,
+                         temperature=temperature, seed=4)
+        assert [r.token_ids for r in b] == [r.token_ids for r in a]
+        assert [(r.stats.tau, r.stats.target_forwards) for r in b] == [
+            (r.stats.tau, r.stats.target_forwards) for r in a]
 
 
 @pytest.mark.parametrize("edit,field", [
