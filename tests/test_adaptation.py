@@ -21,6 +21,7 @@ from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.drafters.specblock_train import SpecBlockTask
 from conftest import peaked_tiny_target
+from test_speculative import small_vocab_target  # noqa: F401 (a fixture)
 
 V = 32
 
@@ -229,3 +230,23 @@ def test_the_adapter_state_saves_and_a_resumed_job_continues_identically(target,
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     with pytest.raises(ValueError, match="saved for another drafter or adapt setting"):
         _adapter(eagle3, steps=3).load_state(str(tmp_path / "state"))
+
+
+def test_sampling_follows_the_target_distribution_while_adapting(small_vocab_target):
+    """6000 sampled continuations in 6 batches with an update between every two (cost_scale=0):
+    the (t2, t3) pairs still follow the target's exact distribution (the drafter only proposes)."""
+    from test_speculative import V as SV, _chi_square_pvalue, _exact_pair_distribution
+
+    task = Eagle3Task({"num_nodes": 6, "top_k": 2, "depth": 2}, small_vocab_target)
+    drafter = task.decoding_drafter(task.init_params(jax.random.key(4)))
+    ad = Adapter(*drafter, AdaptConfig(cost_scale=0.0, min_rows=2, window=8, capacity=16, batch_rows=2,
+                                       eval_rows=2, learning_rate=1e-2, rollback=False))
+    prompt = [1, 2, 3]
+    res = sbj.generate(small_vocab_target, [prompt] * 6000, drafter=drafter, adapter=ad, temperature=1.0,
+                       max_new_tokens=3, batch_size=1000, seed=11, refill=False)
+    assert ad.summary()["updates"] >= 2 and not _unchanged(ad, drafter[1])
+    counts = np.zeros((SV, SV))
+    for r in res:
+        counts[r.token_ids[1], r.token_ids[2]] += 1
+    assert _chi_square_pvalue(counts, _exact_pair_distribution(small_vocab_target, prompt, 1.0)) > 1e-3
+    assert _chi_square_pvalue(counts, _exact_pair_distribution(small_vocab_target, prompt, 1.25)) < 1e-6

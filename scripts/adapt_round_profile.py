@@ -1,0 +1,87 @@
+"""Where a serving-time adaptation round's time goes (issue 19), on the embedded default.
+
+Decodes a few prompts with forced updates (cost_scale=0) and reports, from the adapter's events,
+the median seconds of: the buffer insert + bookkeeping, one update round (`steps` optimizer steps),
+one evaluation by exact replay (`eval_rows` rows); then times on the same buffered rows the exact
+replay against the old 2-step tau proxy (the objective's), and one optimizer step, each warm
+(compilation excluded). Run alone (nothing else on the CPU):
+
+    .venv/bin/python scripts/adapt_round_profile.py [--prompts N] [--out docs/adapt_round_profile.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import specblock_jax as sbj
+from infer.decode import read_prompts
+from specblock_jax.adaptation import AdaptConfig, Adapter
+from specblock_jax.adaptation.adapter import _merge
+from specblock_jax.adaptation.replay import buffer_spans, replay_tau
+
+
+def timed(fn, *args, repeat: int = 3) -> float:
+    jax.block_until_ready(fn(*args))  # compile and warm
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--prompts", type=int, default=24)
+    p.add_argument("--drafter", default="assets/drafters/eagle3")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args()
+    target = sbj.load_target("assets/target")
+    drafter = sbj.load_drafter(args.drafter, target)
+    records, _ = read_prompts(Path("assets/prompts/humaneval.jsonl"))
+    prompts = [r["prompt"] for r in records[: args.prompts]]
+    ad = Adapter(*drafter, AdaptConfig(cost_scale=0.0))
+    t0 = time.perf_counter()
+    res = sbj.generate(target, prompts, drafter=drafter, adapter=ad, max_new_tokens=args.max_new_tokens,
+                       batch_size=args.batch_size, refill=False)
+    wall = time.perf_counter() - t0
+    ev = ad.events
+    med = lambda k: statistics.median([e[k] for e in ev if k in e]) if any(k in e for e in ev) else None  # noqa: E731
+    c = ad.config
+    rows = ad.buffer.rows(list(range(min(c.eval_rows, ad.buffer.size))))
+    start, end = buffer_spans(rows["valid"], rows["loss_mask"])
+    d, params = ad.drafter, ad.params
+    replay = jax.jit(lambda prm: replay_tau(d, ad.vocab_size, prm, rows["tokens"], rows["hidden"], start, end))
+    proxy = jax.jit(lambda prm: ad.objective(d, prm, rows["hidden"], rows["tokens"], rows["loss_mask"],
+                                             rows["valid"], jax.random.key(0), c.depth)[1])
+    fixed, paths = ad.fixed, ad.paths
+    merged = _merge(fixed, ad.trainable, paths)
+    out = {
+        "drafter": args.drafter, "prompts": len(prompts), "batch_size": args.batch_size,
+        "max_new_tokens": args.max_new_tokens, "config": {k: getattr(c, k) for k in (
+            "steps", "batch_rows", "eval_rows", "window", "capacity", "depth", "subset")},
+        "trainable_params": ad.num_trainable, "job_wall_s": wall,
+        "decode_s_per_batch": med("decode_s"), "adapt_s_per_batch": med("adapt_s"),
+        "update_round_s": med("update_s"), "eval_s": med("eval_s"),
+        "updates": ad.summary()["updates"], "adapt_compile_s": ad.compile_s,
+        "replay_eval_one_weight_set_s": timed(replay, merged),
+        "proxy_eval_one_weight_set_s": timed(proxy, merged),
+        "tokens": sum(len(r.token_ids) for r in res),
+    }
+    print(json.dumps(out, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
