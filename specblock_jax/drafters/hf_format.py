@@ -121,7 +121,7 @@ def hf_config(fmt: str, drafter, max_positions: int, dtype: str, verifier: str =
                 if f.name not in ("config", "graphdef")}
     ours = {"kind": drafter.kind, "decoding": settings, "chat": chat}
     if fmt == "dflash":
-        return {"architectures": list(DFLASH_ARCHS), "model_type": "qwen3", "torch_dtype": dtype,
+        return {"architectures": list(DFLASH_ARCHS), "model_type": "qwen3", "torch_dtype": dtype, "dtype": dtype,
                 **_layer_fields(c, max_positions), "num_hidden_layers": c.num_layers,
                 "block_size": c.block_size, "num_target_layers": c.target_layers,
                 "dflash_config": {"mask_token_id": c.mask_token_id,
@@ -131,7 +131,7 @@ def hf_config(fmt: str, drafter, max_positions: int, dtype: str, verifier: str =
     common = {"draft_vocab_size": c.head_size, "target_hidden_size": c.hidden_size,
               "eagle_aux_hidden_state_layer_ids": aux, "norm_before_residual": False}
     if fmt == "eagle3":
-        return {"architectures": [EAGLE3_ARCHS[0]], "model_type": "llama", "torch_dtype": dtype,
+        return {"architectures": [EAGLE3_ARCHS[0]], "model_type": "llama", "torch_dtype": dtype, "dtype": dtype,
                 **_layer_fields(c, max_positions), "num_hidden_layers": 1, **common,
                 "eagle_config": {"eagle_aux_hidden_state_layer_ids": [i - 1 for i in aux],
                                  "use_aux_hidden_state": True},
@@ -139,7 +139,7 @@ def hf_config(fmt: str, drafter, max_positions: int, dtype: str, verifier: str =
     return {"architectures": [SPECULATORS_ARCHS[0]], "speculators_model_type": "eagle3",
             "speculators_version": "0.9.0", **common,
             "norm_before_fc": False, "fc_norm": False, "norm_output": False, "embed_requires_grad": False,
-            "transformer_layer_config": {"model_type": "llama", "num_hidden_layers": 1, "torch_dtype": dtype,
+            "transformer_layer_config": {"model_type": "llama", "num_hidden_layers": 1, "torch_dtype": dtype, "dtype": dtype,
                                          **_layer_fields(c, max_positions)},
             "speculators_config": {
                 "algorithm": "eagle3", "default_proposal_method": "greedy",
