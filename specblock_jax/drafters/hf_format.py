@@ -267,6 +267,8 @@ def import_meta(path: Path, hf: dict, target) -> dict[str, Any]:
         dc = hf.get("dflash_config") or {}
         block = dc.get("block_size", hf.get("block_size"))
         mask = dc.get("mask_token_id", hf.get("mask_token_id"))
+        if not isinstance(block, int) or block < 2:
+            _fail(path, "block_size", f"{block!r}: DFlash drafts blocks of at least 2 tokens")
         if hf.get("num_target_layers", tc.num_layers) != tc.num_layers:
             _fail(path, "num_target_layers", f"{hf['num_target_layers']} != the target's {tc.num_layers}")
         if not isinstance(mask, int) or not 0 <= mask < tc.vocab_size:
@@ -316,6 +318,10 @@ def read_weights(path: Path, meta: dict, config, target) -> tuple[dict[str, np.n
             raise ValueError(f"{path}: tensor {w.name!r} has shape {tuple(x.shape)}, expected {w.hf_shape}")
         flat[name] = w.to_ours(x.astype(np.float32), _our_shape(w, config))
     vocab = None
+    if not getattr(config, "draft_vocab_size", 0) and "d2t" in raw:  # a full draft vocabulary
+        if np.any(raw.pop("d2t")):
+            raise ValueError(f"{path}: tensor 'd2t' maps a full-size draft vocabulary to other ids")
+        raw.pop("t2d", None)
     if "d2t" in raw or "t2d" in raw or getattr(config, "draft_vocab_size", 0):
         if "d2t" not in raw:
             raise ValueError(f"{path}: draft_vocab_size is {config.draft_vocab_size} but tensor 'd2t' is missing")
