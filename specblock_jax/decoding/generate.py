@@ -20,9 +20,8 @@ from specblock_jax.decoding.autoregressive import ar_loop
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.drafter_arg import resolve_drafter
 from specblock_jax.decoding.prefill import LoopOutput
-from specblock_jax.decoding.refill import Finished, Request, Stream, pow2_at_least
+from specblock_jax.decoding.refill import Finished, Request, Stream, pack_rows, pow2_at_least
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
-from specblock_jax.decoding.sampling import SamplingParams
 from specblock_jax.decoding.speculative import spec_loop
 from specblock_jax.decoding.step_profile import draft_seconds_per_step, step_profile
 from specblock_jax.models.target import Target
@@ -200,14 +199,10 @@ def generate(
         bucket = length_bucket(max(len(ids[i]) for i in rows))
         if layout is not None:  # every host runs the same shapes
             greedy, bucket = layout.agree_all(greedy), layout.agree_max(bucket)[0]
-        tokens = np.zeros((bsz, bucket), np.int32)
-        for r, i in enumerate(rows):
-            tokens[r, :len(ids[i])] = ids[i]
-        lengths = jnp.asarray([len(ids[i]) for i in rows], jnp.int32)
-        budgets = jnp.asarray([budget[i] for i in rows], jnp.int32)
-        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base_key, jnp.asarray(rows))
-        sampling = SamplingParams.make(bsz, [temps[i] for i in rows], top_k, top_p)
-        inputs = (jnp.asarray(tokens), lengths, budgets, sampling, stop_arr, keys)
+        tokens, lengths, budgets, sampling, keys = pack_rows(
+            [ids[i] for i in rows], [budget[i] for i in rows], [temps[i] for i in rows], rows, bucket, base_key,
+            top_k, top_p)
+        inputs = (tokens, lengths, budgets, sampling, stop_arr, keys)
         if spec is None:
             cache_len = cache_length(bucket, max_new)
             fn, static = ar_loop, (target.graphdef, cfg, cache_len, max_new)

@@ -78,6 +78,19 @@ def insert_rows(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, 
     return put_rows(state, fresh, rows)
 
 
+def pack_rows(tokens: Sequence[Sequence[int]], budgets: Sequence[int], temperatures: Sequence[float],
+              indices: Sequence[int], width: int, base_key, top_k: int, top_p: float):
+    """The prefill inputs of a batch: tokens [R, width] (right-padded), lengths [R], budgets [R],
+    SamplingParams, keys [R] (fold_in(base_key, each request's index): a request's key stream does
+    not depend on its batch)."""
+    packed = np.zeros((len(tokens), width), np.int32)
+    for i, t in enumerate(tokens):
+        packed[i, :len(t)] = t
+    keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base_key, jnp.asarray(indices))
+    return (jnp.asarray(packed), jnp.asarray([len(t) for t in tokens], jnp.int32),
+            jnp.asarray(budgets, jnp.int32), SamplingParams.make(len(tokens), list(temperatures), top_k, top_p), keys)
+
+
 class Request(NamedTuple):
     index: int  # the prompt's index in the job
     tokens: list[int]
@@ -125,14 +138,9 @@ class Stream:
         """Prefill inputs for `count` rows (padding repeats the first request): tokens [R, P],
         lengths, budgets, sampling, keys."""
         reqs = list(reqs) + [reqs[0]] * (count - len(reqs))
-        width = self.bucket(max(len(r.tokens) for r in reqs))
-        tokens = np.zeros((count, width), np.int32)
-        for i, r in enumerate(reqs):
-            tokens[i, :len(r.tokens)] = r.tokens
-        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(self.base_key, jnp.asarray([r.index for r in reqs]))
-        sampling = SamplingParams.make(count, [r.temperature for r in reqs], self.top_k, self.top_p)
-        return (jnp.asarray(tokens), jnp.asarray([len(r.tokens) for r in reqs], jnp.int32),
-                jnp.asarray([r.budget for r in reqs], jnp.int32), sampling, keys)
+        return pack_rows([r.tokens for r in reqs], [r.budget for r in reqs], [r.temperature for r in reqs],
+                         [r.index for r in reqs], self.bucket(max(len(r.tokens) for r in reqs)), self.base_key,
+                         self.top_k, self.top_p)
 
     def _dparams(self, adapter):
         return adapter.params if adapter is not None else self.drafter_params
