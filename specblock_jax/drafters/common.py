@@ -97,12 +97,13 @@ def load_model(path: Path, meta: dict, target: Target, dtype: str, config_cls: t
     if meta.get("hf_format"):  # a serving engine's layout (drafters/hf_format.py)
         flat, vocab = hf_format.read_weights(path, meta, config, target)
         draft = fill_params(template, flat, jnp.dtype(config.dtype), str(path))
+        if vocab is not None:  # its d2t against the head size the config declares
+            draft_vocab.validate(vocab, config.vocab_size, size, str(path))
     else:
         draft = load_weights(path, template, config.dtype)
         vocab = draft_vocab.load(path, config.vocab_size, size) if size else None
     params = {"draft": draft, "embed": target.params["embed_tokens"]}
     if vocab is not None:
-        draft_vocab.validate(vocab, config.vocab_size, size, str(path))
         params.update(d2t=jnp.asarray(vocab.d2t), t2d=jnp.asarray(vocab.t2d))
     return config, graphdef, params
 
