@@ -208,8 +208,10 @@ def test_metrics_log_eval_checkpoints_export_and_summary(full_run, target):
     eval_recs = [r for r in recs if "eval_tau_mean" in r]
     assert [r["step"] for r in train_recs] == list(range(1, 13))
     for r in train_recs:
-        assert set(r) == {"step", "loss", "acc_0", "lr", "grad_norm", "tokens_per_s", "elapsed_s"}
+        assert set(r) == {"step", "loss", "acc_0", "lr", "grad_norm", "tokens_per_s", "elapsed_s",
+                          "flops"}
         assert r["tokens_per_s"] > 0 and r["grad_norm"] > 0
+        assert r["flops"] == pytest.approx(r["step"] * summary["flops_per_step"])  # cumulative
     assert train_recs[-1]["loss"] < train_recs[0]["loss"]
     assert train_recs[0]["lr"] == pytest.approx(0.025) and train_recs[1]["lr"] == pytest.approx(0.05)
     assert [r["step"] for r in eval_recs] == [6, 12]
@@ -232,6 +234,7 @@ def test_metrics_log_eval_checkpoints_export_and_summary(full_run, target):
     assert saved["eval_tau_mean"] == eval_recs[-1]["eval_tau_mean"]
     assert [e["step"] for e in saved["eval_history"]] == [6, 12]
     assert saved["last_train_record"]["step"] == 12
+    assert saved["flops_per_step"] > 0 and saved["train_flops"] == pytest.approx(12 * saved["flops_per_step"])
 
 
 def test_kill_and_resume_is_bit_identical(full_run, target, data, tmp_path):

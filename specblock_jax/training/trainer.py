@@ -12,7 +12,7 @@ arrays of rank >= 2 only) with `lr_schedule`: linear warmup, then cosine decay o
 Run directory (`cfg["run_dir"]`):
     metrics.jsonl   one JSON record per line. Training, every `log_every` steps:
                     {"step", "loss", <each task metric>, "lr", "grad_norm", "tokens_per_s",
-                     "elapsed_s"} where loss, task metrics and grad_norm are means over the steps
+                     "elapsed_s", "flops"} where loss, task metrics and grad_norm are means over the steps
                     since the previous record and lr is the last step's. Evaluation, every
                     `eval_every` steps and at the end:
                     {"step", "eval_tau_mean", "eval_tau_median", "eval_prompts", "eval_s"}.
@@ -59,7 +59,7 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "log_every": 10, "ckpt_every": 200, "keep_checkpoints": 2,
     "eval_every": 200, "eval_max_new_tokens": 64, "eval_batch_size": 8,
 }
-RESERVED_METRICS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s")
+RESERVED_METRICS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "flops")
 
 
 class DataIterator(Protocol):
@@ -178,6 +178,18 @@ def evaluate_tau(task: TrainTask, params: Any, target: sbj.Target,
 
 # ------------------------------------------------------------------------------ run state
 
+def step_flops(train_step: Callable, *args) -> float | None:
+    """FLOPs of one train step at these arguments' shapes: XLA's cost analysis of the lowered (not
+    yet optimised) step, counting a multiply-add as 2. None where the backend gives no estimate.
+    Lowering neither compiles nor runs the step."""
+    try:
+        cost = train_step.lower(*args).cost_analysis()
+    except Exception:  # noqa: BLE001 - an estimate only; some backends/versions do not provide it
+        return None
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost["flops"]) if cost and cost.get("flops") else None
+
+
 def checkpoint_manager(directory: Path, keep: int) -> ocp.CheckpointManager:
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False)
     return ocp.CheckpointManager(directory.absolute(), options=options)
@@ -228,7 +240,8 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
     Stops at max_steps, when the elapsed run time (summed over resumes, evaluations included)
     reaches time_budget_min, or when the data ends; then evaluates (unless done at this step),
     saves a checkpoint, calls `task.export(params, out_dir)` and writes summary.json:
-        {"steps", "stop_reason", "elapsed_s", "tokens_seen", "last_train_record",
+        {"steps", "stop_reason", "elapsed_s", "tokens_seen", "flops_per_step", "train_flops",
+         "last_train_record",
          "eval_tau_mean", "eval_tau_median", "eval_prompts", "eval_history", "run_dir",
          "out_dir", "config"}
     (eval_* are those of the final evaluation, eval_history is [{"step", "eval_tau_mean",
@@ -303,6 +316,8 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         record = {"step": step, **means, "lr": float(schedule(step - 1)), "grad_norm": grad_norm,
                   "tokens_per_s": window_tokens / (now - window_start - window_pause),
                   "elapsed_s": now - session_start}
+        if flops_per_step:
+            record["flops"] = flops_per_step * step  # cumulative, over the run
         if primary:
             append_jsonl(log_path, record)
         bar.set_postfix(loss=f"{record['loss']:.4f}")
@@ -312,6 +327,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
     session_start = time.perf_counter() - elapsed
     window, window_tokens, window_start, window_pause = [], 0, time.perf_counter(), 0.0
     stop_reason = "max_steps"
+    flops_per_step = None
     bar = tqdm(total=cfg["max_steps"], initial=min(step, cfg["max_steps"]), desc="train", unit="step")
     while step < cfg["max_steps"]:
         if elapsed >= budget_s:
@@ -326,8 +342,10 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
             np.size(batch["tokens"]))
         if mesh is not None and jax.process_count() > 1:  # every host's rows of the global batch
             n_tokens = parallel.host_sum([n_tokens])[0]
-        params, opt_state, metrics = train_step(params, opt_state, frozen, batch,
-                                                jax.random.fold_in(base_key, step))
+        key = jax.random.fold_in(base_key, step)
+        if flops_per_step is None:
+            flops_per_step = step_flops(train_step, params, opt_state, frozen, batch, key) or 0.0
+        params, opt_state, metrics = train_step(params, opt_state, frozen, batch, key)
         step += 1
         tokens_seen += n_tokens
         window.append(metrics)
@@ -359,15 +377,18 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         task.export(params, cfg["out_dir"])
     parallel.sync("specblock-train-exported")  # (a no-op for one process)
     return _write_summary(cfg, step, stop_reason, elapsed, tokens_seen, _read_log(log_path),
-                          write=primary)
+                          write=primary, flops_per_step=flops_per_step)
 
 
 def _write_summary(cfg: dict[str, Any], step: int, stop_reason: str, elapsed: float,
-                   tokens_seen: int, records: list[dict], write: bool = True) -> dict[str, Any]:
+                   tokens_seen: int, records: list[dict], write: bool = True,
+                   flops_per_step: float | None = None) -> dict[str, Any]:
     evals = [r for r in records if "eval_tau_mean" in r]
     last_eval = evals[-1] if evals and evals[-1]["step"] == step else {}
     summary = {
         "steps": step, "stop_reason": stop_reason, "elapsed_s": elapsed, "tokens_seen": tokens_seen,
+        "flops_per_step": flops_per_step or None,
+        "train_flops": flops_per_step * step if flops_per_step else None,
         "last_train_record": next((r for r in reversed(records) if "loss" in r), None),
         "eval_tau_mean": last_eval.get("eval_tau_mean"),
         "eval_tau_median": last_eval.get("eval_tau_median"),
