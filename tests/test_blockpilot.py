@@ -3,6 +3,8 @@ training, save/load."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,8 +55,10 @@ def _prompts():
     return [rng.integers(0, V, rng.integers(2, 15)).tolist() for _ in range(10)]
 
 
-def test_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target, pilot):
+def test_masked_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target, pilot):
+    """The one-loop path (mesh, adaptation, masked=True): rows of different sizes in one batch."""
     task, drafter, params = pilot
+    drafter = dataclasses.replace(drafter, masked=True)
     prompts = _prompts()
     logits = jnp.stack([sbj.forward(target, [p])[0, -1] for p in prompts])
     chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits))
@@ -74,6 +78,47 @@ def test_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target, pilot)
                        batch_size=len(prompts), max_new_tokens=16)
     assert [r.stats.tau for r in res] == [mixed[i].stats.tau for i in rows]
     assert [r.token_ids for r in res] == [mixed[i].token_ids for i in rows]
+
+
+def test_routed_requests_draft_exactly_their_size_and_equal_decoding_alone(target, pilot):
+    """Served by generate, each request is routed to its chosen size and decoded by a DFlash
+    drafter of that block size: its tokens and tau (so its tree size) are those it gets decoded
+    alone by that drafter, greedy and sampled; greedy output is the target's; a warm job compiles
+    nothing."""
+    from specblock_jax.decoding.compiled import compilation_count
+
+    task, drafter, params = pilot
+    prompts = _prompts()
+    logits = jnp.stack([sbj.forward(target, [p])[0, -1] for p in prompts])
+    chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits)).tolist()
+    assert len(set(chosen)) >= 2
+    outputs = []
+    for kw in (dict(max_new_tokens=16), dict(temperature=1.0, max_new_tokens=16, seed=2)):
+        routed = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=4, **kw)
+        outputs.append([r.token_ids for r in routed])
+        assert [r.stats.route["group"] for r in routed] == chosen
+        assert [r.index for r in routed] == list(range(len(prompts)))
+        for i, p in enumerate(prompts):
+            fixed = DFlashDrafter(task.config, task.graphdef, block_size=chosen[i])
+            alone = sbj.generate(target, [p], drafter=(fixed, params["dflash"]), batch_size=1, key_index=[i], **kw)[0]
+            assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau, i
+    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=4)
+    assert outputs[0] == [a.token_ids for a in ar]
+    before = compilation_count()  # warm: a new job with other prompts compiles nothing
+    sbj.generate(target, prompts[::-1], drafter=(drafter, params), batch_size=4, max_new_tokens=16)
+    assert compilation_count() == before
+
+
+def test_key_index_makes_a_split_job_sample_as_the_whole(target):
+    prompts = _prompts()
+    kw = dict(temperature=1.0, max_new_tokens=12, seed=7, batch_size=2)
+    whole = sbj.generate(target, prompts, **kw)
+    part = sbj.generate(target, prompts[3:7], key_index=range(3, 7), **kw)
+    assert [r.token_ids for r in part] == [r.token_ids for r in whole[3:7]]
+    shifted = sbj.generate(target, prompts[3:7], **kw)  # positions 0..3: other key streams
+    assert [r.token_ids for r in shifted] != [r.token_ids for r in whole[3:7]]
+    with pytest.raises(ValueError, match="key_index: got 2 values for 4 prompts"):
+        sbj.generate(target, prompts[3:7], key_index=[0, 1], **kw)
 
 
 def test_policy_learns_a_separable_labelling():

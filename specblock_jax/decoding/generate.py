@@ -22,6 +22,7 @@ from specblock_jax.decoding.drafter_arg import resolve_drafter
 from specblock_jax.decoding.prefill import LoopOutput
 from specblock_jax.decoding.refill import Finished, Request, Stream, pack_rows, pow2_at_least
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
+from specblock_jax.decoding.routed import generate_routed, is_routing
 from specblock_jax.decoding.speculative import spec_loop
 from specblock_jax.decoding.step_profile import draft_seconds_per_step, step_profile
 from specblock_jax.models.target import Target
@@ -102,6 +103,7 @@ def generate(
     on_batch: Callable[[list[GenerationResult]], None] | None = None,
     profile: str = "off",
     refill: bool | None = None,
+    key_index: Sequence[int] | None = None,
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
 
@@ -110,8 +112,12 @@ def generate(
     token-identical to autoregressive decoding when greedy and distributed as the target's
     sampling distribution otherwise; an `AutoServe` (decoding/auto.py): chunks of the job served
     by target-only decoding or speculation at a few tree budgets, whichever measures fastest
-    (each result's `stats.auto` is its chunk's event). Sampling with seed s gives each prompt its own key stream
-    (fold_in(seed, prompt index)), so results do not depend on how prompts are batched.
+    (each result's `stats.auto` is its chunk's event); a routing drafter (one with `route` and
+    `for_group`, e.g. BlockPilot): each prompt is routed after a prefill and every group decoded by
+    its own drafter and compiled loop (decoding/routed.py). Sampling with seed s gives each prompt
+    its own key stream (fold_in(seed, key_index[i]), key_index defaulting to the prompt's
+    position), so results do not depend on how prompts are batched; a caller that splits one job
+    into several calls passes the prompts' positions in the whole job as key_index.
     batch_size: rows per compiled batch (the last batch is padded to it); default min(8, prompts).
     max_cache_len (default max_position_embeddings) bounds prompt + max_new_tokens.
     temperature and max_new_tokens may be given per prompt (sequences as long as `prompts`).
@@ -138,11 +144,18 @@ def generate(
     (segments) and `total_time_s` is the wall time of the segment it finished in.
     """
     if isinstance(drafter, AutoServe):
+        if key_index is not None:
+            raise ValueError("key_index: auto serving draws each chunk's keys itself; it takes no key_index")
         return _generate_auto(target, prompts, drafter, temperature=temperature, top_k=top_k, top_p=top_p,
                               max_new_tokens=max_new_tokens, seed=seed, stop_tokens=stop_tokens,
                               batch_size=batch_size, max_cache_len=max_cache_len, mesh=mesh, adapter=adapter,
                               on_batch=on_batch, profile=profile, refill=refill)
     spec = resolve_drafter(drafter)
+    if spec is not None and is_routing(spec[0]) and mesh is None and adapter is None:
+        return generate_routed(generate, target, prompts, spec, temperature=temperature, top_k=top_k,
+                               top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, stop_tokens=stop_tokens,
+                               batch_size=batch_size, max_cache_len=max_cache_len, on_batch=on_batch,
+                               profile=profile, refill=refill, key_index=key_index)
     if profile not in ("off", "draft", "all"):
         raise ValueError(f"profile must be 'off', 'draft' or 'all', got {profile!r}")
     if adapter is not None:
@@ -155,6 +168,9 @@ def generate(
     ids = encode_prompts(target, prompts)
     budget = _per_prompt(max_new_tokens, len(ids), "max_new_tokens")
     temps = _per_prompt(temperature, len(ids), "temperature")
+    key_ids = list(range(len(ids))) if key_index is None else [int(k) for k in key_index]
+    if len(key_ids) != len(ids):
+        raise ValueError(f"key_index: got {len(key_ids)} values for {len(ids)} prompts")
     for i, toks in enumerate(ids):
         if budget[i] < 1:
             raise ValueError(f"prompt {i}: max_new_tokens must be >= 1, got {budget[i]}")
@@ -174,7 +190,7 @@ def generate(
         if jax.process_count() > 1:
             base_key = jax.random.fold_in(base_key, jax.process_index())
         if not ids:  # this host has no prompts but must join every batch: one padding row
-            ids, budget, temps = [[0]], [1], [0.0]
+            ids, budget, temps, key_ids = [[0]], [1], [0.0], [0]
         params = layout.put(target.params)
         if spec is not None:
             spec = (spec[0], layout.put(spec[1]))
@@ -186,8 +202,8 @@ def generate(
     if refill:
         if mesh is not None:
             raise ValueError("refill: continuous batching does not run under a mesh yet; pass refill=False")
-        _generate_stream(target, spec, ids, budget, temps, top_k, top_p, bsz, max_new, stop_arr, base_key,
-                         adapter, on_batch, profile, results)
+        _generate_stream(target, spec, ids, budget, temps, key_ids, top_k, top_p, bsz, max_new, stop_arr,
+                         base_key, adapter, on_batch, profile, results)
         return results  # type: ignore[return-value]
     num_batches = -(-len(order) // bsz) if bsz else 0
     if layout is not None:
@@ -200,8 +216,8 @@ def generate(
         if layout is not None:  # every host runs the same shapes
             greedy, bucket = layout.agree_all(greedy), layout.agree_max(bucket)[0]
         tokens, lengths, budgets, sampling, keys = pack_rows(
-            [ids[i] for i in rows], [budget[i] for i in rows], [temps[i] for i in rows], rows, bucket, base_key,
-            top_k, top_p)
+            [ids[i] for i in rows], [budget[i] for i in rows], [temps[i] for i in rows], [key_ids[i] for i in rows],
+            bucket, base_key, top_k, top_p)
         inputs = (tokens, lengths, budgets, sampling, stop_arr, keys)
         if spec is None:
             cache_len = cache_length(bucket, max_new)
@@ -301,8 +317,8 @@ def _profile(target, spec, adapter, profile, inputs, max_new, cache_len, greedy)
     return draft_seconds_per_step(prof), prof
 
 
-def _generate_stream(target, spec, ids, budget, temps, top_k, top_p, bsz, max_new, stop_arr, base_key,
-                     adapter, on_batch, profile, results) -> None:
+def _generate_stream(target, spec, ids, budget, temps, key_ids, top_k, top_p, bsz, max_new, stop_arr,
+                     base_key, adapter, on_batch, profile, results) -> None:
     """`generate` with continuous batching: fills `results`."""
     d, dparams = spec if spec is not None else (None, ())
     bucket = length_bucket(max(len(t) for t in ids))
@@ -312,7 +328,7 @@ def _generate_stream(target, spec, ids, budget, temps, top_k, top_p, bsz, max_ne
     stream = Stream(target, target.params, d, dparams, batch_size=bsz, prompt_bucket=bucket, max_new=max_new,
                     cache_len=cache_len, greedy=greedy, collect=adapter is not None, top_k=top_k, top_p=top_p,
                     stop_ids=stop_arr, base_key=base_key, bucket=length_bucket)
-    requests = [Request(i, ids[i], budget[i], temps[i]) for i in order]
+    requests = [Request(i, ids[i], budget[i], temps[i], key_ids[i]) for i in order]
     first = requests[:bsz]
     tokens, lengths, budgets, sampling, keys = stream.inputs(first, bsz)
     call_s, prof = _profile(target, spec, adapter, profile, (tokens, lengths, budgets, sampling, stop_arr, keys),

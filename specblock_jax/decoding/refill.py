@@ -96,6 +96,7 @@ class Request(NamedTuple):
     tokens: list[int]
     budget: int
     temperature: float
+    key: int  # its PRNG stream is fold_in(base_key, key) (generate's key_index)
 
 
 class Finished(NamedTuple):
@@ -139,7 +140,7 @@ class Stream:
         lengths, budgets, sampling, keys."""
         reqs = list(reqs) + [reqs[0]] * (count - len(reqs))
         return pack_rows([r.tokens for r in reqs], [r.budget for r in reqs], [r.temperature for r in reqs],
-                         [r.index for r in reqs], self.bucket(max(len(r.tokens) for r in reqs)), self.base_key,
+                         [r.key for r in reqs], self.bucket(max(len(r.tokens) for r in reqs)), self.base_key,
                          self.top_k, self.top_p)
 
     def _dparams(self, adapter):

@@ -34,11 +34,14 @@ class GenerationStats:
     batch_draft_time_s: float | None = None
     batch_steps: int | None = None  # decoding steps (target forwards) its batch or refill segment ran
     auto: dict | None = None  # with auto serving (decoding/auto.py): its chunk's decision and measurement
+    # with a routing drafter (decoding/routed.py, e.g. BlockPilot): {"group" (the block size),
+    # "route_s" (the group's share of the routing prefill's wall time)}
+    route: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (without `adapt`, `step_profile` or `auto` when they are None)."""
+        """A JSON-ready dict (without `adapt`, `step_profile`, `auto` or `route` when they are None)."""
         out = dataclasses.asdict(self)
-        for name in ("adapt", "step_profile", "auto"):
+        for name in ("adapt", "step_profile", "auto", "route"):
             if out[name] is None:
                 del out[name]
         return out

@@ -8,9 +8,15 @@ standardised with the training set's mean and std (stored with the policy). The 
 Linear(F -> W) -> ReLU -> [Linear(W -> W) + residual -> ReLU] -> Linear(W -> C) over the C
 candidate sizes (`sizes`, e.g. 14..18), trained with cross-entropy on oracle labels (train/blockpilot.py).
 
-`BlockPilotDrafter` wraps a `DFlashDrafter` whose static block size is max(sizes): in `init_state`
-it runs the policy on every row and stores the chosen sizes in the drafter state, so one compiled
-loop serves any mix of sizes; `propose`/`update` are the DFlash drafter's.
+`BlockPilotDrafter` wraps a `DFlashDrafter` whose static block size is max(sizes). Served by
+`sbj.generate` (one device, no adapter, `masked` False), it is a routing drafter (decoding/routed.py): each request
+is routed to its chosen size after a prefill (`route`), and every size's requests are decoded by a
+DFlash drafter of exactly that block size (`for_group`), so a size-b request drafts and verifies b
+nodes. Inside one loop (under a mesh, with serving-time adaptation, `masked=True` (loading:
+`masked=true`), or called directly) it masks:
+`init_state` runs the policy on every row and stores the chosen sizes in the drafter state, so one
+compiled loop serves any mix of sizes at the cost of max(sizes); `propose`/`update` are the DFlash
+drafter's.
 
 Folder layout (`save_blockpilot`): config.json {"kind": "blockpilot", "dflash_dir" (relative
 to the folder, or absolute), "policy": PolicyConfig} + policy.safetensors.
@@ -104,6 +110,7 @@ class BlockPilotDrafter:
     dflash: DFlashDrafter
     policy: PolicyConfig
     policy_graphdef: nnx.GraphDef
+    masked: bool = False  # True: one loop at max(sizes), smaller sizes masked (no routing)
 
     def __post_init__(self):
         if self.dflash.block_size != max(self.policy.sizes):
@@ -116,6 +123,20 @@ class BlockPilotDrafter:
     max_children = property(lambda self: self.dflash.max_children)
     hidden_ids = property(lambda self: self.dflash.hidden_ids)
     forwards_per_step = property(lambda self: self.dflash.forwards_per_step)
+
+    @property
+    def routes(self) -> bool:
+        return not self.masked
+
+    def route(self, params, logits):
+        """[B, V] the target's logits after each prompt -> [B] int32 chosen block sizes."""
+        return choose(self.policy_graphdef, params["policy"], self.policy, logits)
+
+    def for_group(self, params, size: int):
+        """(the DFlash drafter with block size `size`, its params): serves requests routed to it."""
+        if size not in self.policy.sizes:
+            raise ValueError(f"block size {size} is not one of the policy's sizes {self.policy.sizes}")
+        return dataclasses.replace(self.dflash, block_size=int(size)), params["dflash"]
 
     def init_state(self, params, prefill, max_len: int):
         block = choose(self.policy_graphdef, params["policy"], self.policy, prefill.logits)
@@ -147,12 +168,16 @@ def load_blockpilot(path, meta, target, dtype, decoding):
     if policy.features == "full" and policy.vocab_size != target.config.vocab_size:
         raise ValueError(f"{path}: policy trained for vocab {policy.vocab_size}, the target has "
                          f"{target.config.vocab_size}")
+    decoding = dict(decoding)
+    masked = decoding.pop("masked", False)
+    if not isinstance(masked, bool):
+        raise ValueError(f"{path}: masked must be true or false, got {masked!r}")
     dflash_dir = Path(meta["dflash_dir"])
     dflash_dir = dflash_dir if dflash_dir.is_absolute() else Path(path) / dflash_dir
     dflash, dparams = load_drafter(dflash_dir, target, dtype, **{**decoding, "block_size": max(policy.sizes)})
     graphdef, template = nnx.split(nnx.eval_shape(lambda: PolicyMLP(policy, rngs=nnx.Rngs(0))))
     params = _load_policy(Path(path), nnx.to_pure_dict(template))
-    return BlockPilotDrafter(dflash, policy, graphdef), {"dflash": dparams, "policy": params}
+    return BlockPilotDrafter(dflash, policy, graphdef, masked), {"dflash": dparams, "policy": params}
 
 
 def _load_policy(path: Path, template: dict) -> dict:

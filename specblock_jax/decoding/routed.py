@@ -1,0 +1,108 @@
+"""Routed generation: a drafter that picks a setting per request (BlockPilot's block size) serves
+each request with a drafter that really has that setting, so a request pays for its own setting,
+not for the largest one.
+
+A routing drafter has
+    routes -> bool                              whether it routes (False: served in one loop)
+    route(params, logits [B, V]) -> [B] int32   each request's group, from the target's
+                                                next-token logits after its prompt
+    for_group(params, group: int) -> (Drafter, params)   the drafter serving that group
+`generate_routed` prefills every prompt once to route it (one compiled prefill per batch shape),
+then decodes each group with its own drafter and compiled loop (refill, profiling and stop rules as
+in `generate`). Each prompt keeps its key stream (`key_index`), so outputs do not depend on the
+grouping: greedy output is the target's, and a request's tokens are those it gets decoded alone
+with its group's drafter. The routing prefill's wall time is part of the job's time: it is added to
+`total_time_s` of each group's first batch, split by the group's share of the prompts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specblock_jax.decoding.compiled import compiled
+from specblock_jax.decoding.prefill import prefill
+from specblock_jax.decoding.sampling import SamplingParams
+
+
+def is_routing(drafter: Any) -> bool:
+    return bool(getattr(drafter, "routes", False)) and callable(getattr(drafter, "route", None))
+
+
+def _route_batch(graphdef, cfg, drafter, cache_len, params, drafter_params, tokens, lengths):
+    """[B, P] right-padded prompts -> [B] int32 groups (the prefill's logits through `route`; its
+    first token, drawn greedily, is unused)."""
+    b = tokens.shape[0]
+    keys = jax.random.split(jax.random.key(0), b)
+    pre = prefill(graphdef, cfg, params, tokens, lengths, jnp.ones((b,), jnp.int32), SamplingParams.make(b, 0.0),
+                  jnp.full((1,), -1, jnp.int32), keys, cache_len, 1)
+    return drafter.route(drafter_params, pre.logits)
+
+
+def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]], batch_size: int,
+                  bucket: Callable[[int], int]) -> tuple[list[int], float, float]:
+    """Each prompt's group: (groups, wall seconds, compile seconds)."""
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    groups = [0] * len(ids)
+    wall = compile_s = 0.0
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        rows = chunk + [chunk[0]] * (batch_size - len(chunk))
+        width = bucket(max(len(ids[i]) for i in rows))
+        tokens = np.zeros((batch_size, width), np.int32)
+        for r, i in enumerate(rows):
+            tokens[r, :len(ids[i])] = ids[i]
+        lengths = jnp.asarray([len(ids[i]) for i in rows], jnp.int32)
+        args = (target.params, drafter_params, jnp.asarray(tokens), lengths)
+        exe, seconds = compiled(_route_batch, (target.graphdef, target.config, drafter, width), *args)
+        t0 = time.perf_counter()
+        out = np.asarray(exe(*args))
+        wall += time.perf_counter() - t0
+        compile_s += seconds
+        for r, i in enumerate(chunk):
+            groups[i] = int(out[r])
+    return groups, wall, compile_s
+
+
+def generate_routed(generate: Callable, target, prompts, spec, *, temperature, max_new_tokens, batch_size,
+                    on_batch, key_index, **kw) -> list:
+    """`generate` for a routing drafter (module docstring). `generate` is passed in (no import
+    cycle); kw are its other keyword arguments."""
+    from specblock_jax.decoding.generate import MIN_BUCKET, _per_prompt, encode_prompts, length_bucket
+
+    drafter, dparams = spec
+    ids = encode_prompts(target, prompts)
+    n = len(ids)
+    temps = _per_prompt(temperature, n, "temperature")
+    budget = _per_prompt(max_new_tokens, n, "max_new_tokens")
+    keys = list(range(n)) if key_index is None else [int(k) for k in key_index]
+    if len(keys) != n:
+        raise ValueError(f"key_index: got {len(keys)} values for {n} prompts")
+    bsz = batch_size or min(8, max(n, 1))
+    groups, route_s, route_compile_s = route_prompts(target, drafter, dparams, ids, bsz,
+                                                     lambda m: length_bucket(m, MIN_BUCKET))
+    results: list[Any] = [None] * n
+    batches = 0  # stats.batch numbers batches (or refill segments) across the whole job
+    for group in sorted(set(groups)):
+        part = [i for i in range(n) if groups[i] == group]
+        out = generate(target, [ids[i] for i in part], drafter.for_group(dparams, group),
+                       temperature=[temps[i] for i in part], max_new_tokens=[budget[i] for i in part],
+                       batch_size=bsz, key_index=[keys[i] for i in part], **kw)
+        first = min(res.stats.batch for res in out)
+        share = route_s * len(part) / n
+        for i, res in zip(part, out):
+            if res.stats.batch == first:
+                res.stats.total_time_s += share
+                res.stats.compile_s += route_compile_s if group == min(groups) else 0.0
+            res.stats.route = {"group": group, "route_s": share}
+            res.stats.batch += batches
+            res.index = i
+            results[i] = res
+        batches = 1 + max(results[i].stats.batch for i in part)
+        if on_batch is not None:
+            on_batch([results[i] for i in part])
+    return results
