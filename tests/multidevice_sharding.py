@@ -35,7 +35,11 @@ import orbax.checkpoint as ocp  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import specblock_jax as sbj  # noqa: E402
 from specblock_jax import parallel  # noqa: E402
+from specblock_jax.drafters.blockpilot import BlockPilotDrafter, PolicyConfig, init_policy  # noqa: E402
+from specblock_jax.drafters.dflash import DFlashDrafter  # noqa: E402
+from specblock_jax.drafters.dflash_train import DFlashTask  # noqa: E402
 from specblock_jax.drafters.eagle3_train import Eagle3Task  # noqa: E402
+from specblock_jax.drafters.specblock_train import SpecBlockTask  # noqa: E402
 from specblock_jax.parallel.training import TrainLayout  # noqa: E402
 from specblock_jax.training.regen_dataset import BatchIterator  # noqa: E402
 from specblock_jax.training.trainer import (make_optimizer, make_train_step,  # noqa: E402
@@ -151,13 +155,26 @@ def run_decode() -> dict:
     kw = dict(max_new_tokens=12, batch_size=4, temperature=0.0)
     task = Eagle3Task(TASK_CFG, tgt)
     eagle = task.decoding_drafter(task.init_params(jax.random.key(5)))
-    methods = {"ar": None, "prompt_lookup": "prompt_lookup", "eagle3": eagle}
+    sb_task = SpecBlockTask({"num_nodes": 10, "num_blocks": 2}, tgt)
+    specblock = sb_task.decoding_drafter(sb_task.init_params(jax.random.key(6)))
+    df_task = DFlashTask({"num_layers": 1, "block_size": 4, "num_anchors": 3, "mask_token_id": 3}, tgt)
+    dflash, df_params = df_task.decoding_drafter(df_task.init_params(jax.random.key(7)))
+    policy = PolicyConfig((2, 3, 4), "topk", 4, CFG.vocab_size, 16)
+    graphdef, pparams = init_policy(policy, seed=3)
+    pilot = (BlockPilotDrafter(DFlashDrafter(dflash.config, dflash.graphdef, block_size=4), policy, graphdef),
+             {"dflash": df_params, "policy": pparams})
+    methods = {"ar": None, "prompt_lookup": "prompt_lookup", "eagle3": eagle, "specblock": specblock,
+               "blockpilot": pilot}
+    # one device: BlockPilot routes each request to a DFlash drafter of its size; under a mesh it
+    # serves all sizes in one loop (masked): both must give the target's tokens
     ref = {m: [r.token_ids for r in sbj.generate(tgt, prompts, drafter=d, **kw)]
            for m, d in methods.items()}
-    out = {"ref_lengths": {m: [len(t) for t in v] for m, v in ref.items()}, "meshes": {}}
+    out = {"ref_lengths": {m: [len(t) for t in v] for m, v in ref.items()}, "meshes": {},
+           "one_device_equals_ar": {m: v == ref["ar"] for m, v in ref.items()}}
     for name, spec in MESHES.items():
         mesh = parallel.make_mesh(spec)
-        use = {"8x1": ["ar"], "4x2": ["prompt_lookup", "eagle3"], "2x4": ["ar", "prompt_lookup"]}[name]
+        use = {"8x1": ["ar", "specblock"], "4x2": ["prompt_lookup", "eagle3", "blockpilot"],
+               "2x4": ["ar", "prompt_lookup", "specblock"]}[name]
         out["meshes"][name] = {}
         for m in use:
             res = sbj.generate(tgt, prompts, drafter=methods[m], mesh=mesh, **kw)

@@ -186,7 +186,9 @@ def test_sharded_decoding_is_token_identical(checks):
     for name, methods in res["meshes"].items():
         for method, entry in methods.items():
             assert entry["identical"], (name, method)
-    assert "eagle3" in res["meshes"]["4x2"]
+    assert "eagle3" in res["meshes"]["4x2"] and "blockpilot" in res["meshes"]["4x2"]
+    assert "specblock" in res["meshes"]["8x1"] and "specblock" in res["meshes"]["2x4"]
+    assert all(res["one_device_equals_ar"].values()), res["one_device_equals_ar"]  # greedy = the target's
     assert res["meshes"]["8x1"]["ar"]["batch_size"] == 8  # batch 4 rounded up to the data axis
     assert max(res["meshes"]["2x4"]["prompt_lookup"]["taus"]) > 1  # drafts really accepted
     assert res["cache_spec_2x4"] == "P(None, 'data', 'model', None, None)"  # [L, B, K, S, D]
