@@ -24,6 +24,9 @@ def main() -> None:
     p.add_argument("out")
     p.add_argument("--title", default="target training")
     p.add_argument("--target", type=float, default=None)
+    p.add_argument("--summary", default=None,
+                   help="the run's summary.json: adds the final whole-split validation loss and says "
+                        "how large the periodic evaluations' fixed subset is")
     a = p.parse_args()
     rows = [json.loads(x) for x in open(a.metrics) if x.strip()]
     train = [r for r in rows if "loss" in r]
@@ -35,8 +38,17 @@ def main() -> None:
     ax.plot(x, y, lw=0.5, alpha=0.4, color="tab:blue")
     if len(y) >= 10:
         ax.plot(x[9:], np.convolve(y, np.ones(10) / 10, "valid"), color="tab:blue", label="train (10-record mean)")
+    summary = json.loads(open(a.summary).read()) if a.summary else None
+    label = "validation (stdlib split)"
+    if summary is not None:
+        c = summary["config"]
+        label = (f"validation, periodic: the split's first {c['eval_batches'] * c['batch_size'] * c['seq_len']:,} "
+                 "tokens")
     ax.plot([r["step"] * per_step / 1e6 for r in val], [r["val_loss"] for r in val], "o-", color="tab:red",
-            label="validation (stdlib split)")
+            label=label)
+    if summary is not None:
+        ax.plot([summary["tokens_seen"] / 1e6], [summary["val_loss"]], "*", ms=14, color="black",
+                label=f"validation, final: whole split ({summary['val_tokens']:,} tokens) {summary['val_loss']:.3f}")
     if a.target is not None:
         ax.axhline(a.target, ls="--", color="gray", label=f"target {a.target}")
     ax.set_xlabel("training tokens (M)")

@@ -20,7 +20,7 @@ fi
 # 2. the training curve and its log
 cp "$RUN/metrics.jsonl" docs/target_v2_metrics.jsonl
 $PY scripts/plot_training_curve.py docs/target_v2_metrics.jsonl docs/target_v2_training.png \
-    --title "target v2 (12 layers, 11.5M parameters)" --target 2.6
+    --title "target v2 (12 layers, 11.5M parameters)" --target 2.6 --summary "$RUN/summary.json"
 # 3. greedy HumanEval completions of v1 and v2 (128 new tokens): repetition and EOS rates
 mkdir -p data/v2_checks
 for t in target target-v2; do
