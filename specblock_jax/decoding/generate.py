@@ -151,11 +151,6 @@ def generate(
                               batch_size=batch_size, max_cache_len=max_cache_len, mesh=mesh, adapter=adapter,
                               on_batch=on_batch, profile=profile, refill=refill)
     spec = resolve_drafter(drafter)
-    if spec is not None and is_routing(spec[0]) and mesh is None and adapter is None:
-        return generate_routed(generate, target, prompts, spec, temperature=temperature, top_k=top_k,
-                               top_p=top_p, max_new_tokens=max_new_tokens, seed=seed, stop_tokens=stop_tokens,
-                               batch_size=batch_size, max_cache_len=max_cache_len, on_batch=on_batch,
-                               profile=profile, refill=refill, key_index=key_index)
     if profile not in ("off", "draft", "all"):
         raise ValueError(f"profile must be 'off', 'draft' or 'all', got {profile!r}")
     if adapter is not None:
@@ -177,6 +172,11 @@ def generate(
         if len(toks) + budget[i] > limit:
             raise ValueError(f"prompt {i}: {len(toks)} prompt tokens + max_new_tokens={budget[i]} "
                              f"exceed the cache limit of {limit} tokens")
+    if spec is not None and is_routing(spec[0]) and mesh is None and adapter is None:
+        return generate_routed(generate, target, ids, spec, temps=temps, budget=budget, key_ids=key_ids,
+                               batch_size=batch_size or max(1, min(8, len(ids))), bucket=length_bucket,
+                               on_batch=on_batch, top_k=top_k, top_p=top_p, seed=seed, stop_tokens=stop_tokens,
+                               max_cache_len=max_cache_len, profile=profile, refill=refill)
     stops = stop_token_ids(target, stop_tokens)
     stop_arr = jnp.asarray(stops + [-1] * (MAX_STOP_TOKENS - len(stops)), jnp.int32)
     base_key = jax.random.key(seed)

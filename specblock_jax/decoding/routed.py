@@ -68,30 +68,22 @@ def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]],
     return groups, wall, compile_s
 
 
-def generate_routed(generate: Callable, target, prompts, spec, *, temperature, max_new_tokens, batch_size,
-                    on_batch, key_index, **kw) -> list:
-    """`generate` for a routing drafter (module docstring). `generate` is passed in (no import
-    cycle); kw are its other keyword arguments."""
-    from specblock_jax.decoding.generate import MIN_BUCKET, _per_prompt, encode_prompts, length_bucket
-
+def generate_routed(generate: Callable, target, ids: list[list[int]], spec, *, temps: list[float],
+                    budget: list[int], key_ids: list[int], batch_size: int, bucket: Callable[[int], int],
+                    on_batch, **kw) -> list:
+    """`generate` for a routing drafter (module docstring): ids are the encoded prompts, temps,
+    budget and key_ids per prompt. `generate` is passed in (no import cycle); kw are its other
+    keyword arguments."""
     drafter, dparams = spec
-    ids = encode_prompts(target, prompts)
     n = len(ids)
-    temps = _per_prompt(temperature, n, "temperature")
-    budget = _per_prompt(max_new_tokens, n, "max_new_tokens")
-    keys = list(range(n)) if key_index is None else [int(k) for k in key_index]
-    if len(keys) != n:
-        raise ValueError(f"key_index: got {len(keys)} values for {n} prompts")
-    bsz = batch_size or min(8, max(n, 1))
-    groups, route_s, route_compile_s = route_prompts(target, drafter, dparams, ids, bsz,
-                                                     lambda m: length_bucket(m, MIN_BUCKET))
+    groups, route_s, route_compile_s = route_prompts(target, drafter, dparams, ids, batch_size, bucket)
     results: list[Any] = [None] * n
     batches = 0  # stats.batch numbers batches (or refill segments) across the whole job
     for group in sorted(set(groups)):
         part = [i for i in range(n) if groups[i] == group]
         out = generate(target, [ids[i] for i in part], drafter.for_group(dparams, group),
                        temperature=[temps[i] for i in part], max_new_tokens=[budget[i] for i in part],
-                       batch_size=bsz, key_index=[keys[i] for i in part], **kw)
+                       batch_size=batch_size, key_index=[key_ids[i] for i in part], **kw)
         first = min(res.stats.batch for res in out)
         share = route_s * len(part) / n
         for i, res in zip(part, out):
