@@ -15,13 +15,11 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
 import specblock_jax as sbj
 from infer.decode import cli_method, read_prompts
-from specblock_jax.decoding.generate import cache_length, encode_prompts, length_bucket
+from specblock_jax.decoding.generate import encode_prompts
 from specblock_jax.decoding.methods import resolve_drafter
-from specblock_jax.decoding.step_profile import step_profile
+from specblock_jax.decoding.prompt_profile import median_step_profile
 
 
 def main(argv=None) -> None:
@@ -39,17 +37,10 @@ def main(argv=None) -> None:
     for method in args.methods.split(","):
         spec = resolve_drafter(cli_method(method, target))
         drafter, params = spec if spec is not None else (None, ())
-        n = drafter.num_nodes if drafter is not None else 0
-        per = []
-        for toks in ids:
-            bucket = length_bucket(len(toks))
-            tokens = np.zeros((1, bucket), np.int32)
-            tokens[0, :len(toks)] = toks
-            per.append(step_profile(target, drafter, params, tokens, [len(toks)], max_new=args.max_new_tokens,
-                                    cache_len=cache_length(bucket, args.max_new_tokens, n), reps=args.reps))
-        keys = [k for k in per[0] if k.endswith("_ms")]
+        prof = median_step_profile(target, drafter, params, ids, max_new=args.max_new_tokens, reps=args.reps)
+        keys = [k for k in prof if k.endswith("_ms")]
         print(json.dumps({"method": method, "prompts": len(ids),
-                          **{k: round(float(np.median([p[k] for p in per])), 4) for k in keys}}), flush=True)
+                          **{k: round(prof[k], 4) for k in keys}}), flush=True)
 
 
 if __name__ == "__main__":

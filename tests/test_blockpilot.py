@@ -4,6 +4,7 @@ training, save/load."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -185,3 +186,51 @@ def test_oracle_labels_break_ties_toward_the_training_size():
     assert oracle_labels(score, sizes, prefer=16) == [2, 1, 0, 2]
     assert oracle_labels(score, sizes) == [0, 0, 0, 1]  # no preference: the smaller size
     assert oracle_labels(np.asarray([[1.0, 1.0, 1.0]]), [12, 14, 18], prefer=16) == [1]  # 14, 18 both 2 away
+
+
+def _label_folder(folder, taus: dict[int, list[float]], step_ms: dict[int, float] | None):
+    folder.mkdir(parents=True, exist_ok=True)
+    for size, row in taus.items():
+        (folder / f"size_{size}.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "tau": t}) + "\n"
+                                                          for i, t in enumerate(row)))
+    if step_ms is not None:
+        (folder / "costs.json").write_text(json.dumps({"step_ms": {str(s): ms for s, ms in step_ms.items()}}))
+
+
+def test_speed_labels_divide_each_prompts_tau_by_its_sizes_step_cost(tmp_path):
+    from train.blockpilot import read_labels
+    taus = {4: [2.0, 3.0, 1.5], 8: [3.0, 3.2, 1.5], 16: [3.2, 6.0, 1.5]}
+    _label_folder(tmp_path / "a", taus, {4: 10.0, 8: 12.0, 16: 20.0})
+    ids, sizes, tau, by_tau = read_labels(tmp_path / "a", "tau", prefer=8)
+    assert ids == ["p0", "p1", "p2"] and sizes == [4, 8, 16] and by_tau == [2, 2, 1]  # p2: a tie -> 8
+    # speed = tau / ms at 4 / 8 / 16: p0 0.200 / 0.250 / 0.160 -> 8; p1 0.300 / 0.267 / 0.300 -> a
+    # 4-16 tie, both 4 away from 8 -> the smaller, 4; p2 equal taus -> the cheapest, 4
+    assert read_labels(tmp_path / "a", "speed", prefer=8)[3] == [1, 0, 0]
+    _label_folder(tmp_path / "b", taus, {4: 10.0, 8: 12.0})
+    with pytest.raises(ValueError, match=r"costs.json: no step cost for sizes \[16\]"):
+        read_labels(tmp_path / "b", "speed")
+
+
+def test_label_files_resume_without_repeating_a_prompt_or_a_profile(target, pilot, tmp_path):
+    from train.blockpilot import read_labels, write_labels
+    task, drafter, params = pilot
+    save_drafter(drafter.dflash, params["dflash"]["draft"], tmp_path / "dflash", dtype="float32")
+    rng = np.random.default_rng(0)
+    records = [{"id": f"r{i}", "prompt": rng.integers(0, V, 5 + i).tolist()} for i in range(5)]
+    out = tmp_path / "labels"
+    out.mkdir()
+    kw = dict(max_new_tokens=8, batch_size=2, cost_prompts=2)
+    write_labels(target, tmp_path / "dflash", records[:3], [2, 4], out, **kw)
+    first = json.loads((out / "costs.json").read_text())
+    assert set(first["step_ms"]) == {"2", "4"} and first["prompts"] == 2
+    with (out / "size_4.jsonl").open("a") as f:
+        f.write('{"id": "r3", "ta')  # a kill mid-write
+    write_labels(target, tmp_path / "dflash", records, [2, 4], out, **kw)
+    for size in (2, 4):
+        ids = [json.loads(x)["id"] for x in (out / f"size_{size}.jsonl").read_text().splitlines()]
+        assert ids == [r["id"] for r in records]  # each once, in order, the torn line dropped
+    assert json.loads((out / "costs.json").read_text()) == first  # sizes already profiled: kept
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    write_labels(target, tmp_path / "dflash", records, [2, 4], alone, **{**kw, "cost_prompts": 0})
+    assert read_labels(out, "tau")[2].tolist() == read_labels(alone, "tau")[2].tolist()

@@ -8,13 +8,17 @@
 
 `labels` decodes every prompt with the DFlash drafter at each candidate block size (static size =
 the candidate, batched) and appends one line per prompt to DIR/size_<s>.jsonl: {"id", "tau",
-"forwards", "new_tokens"}. It also times one decoding step per size at batch 1 on the first
-`--cost-prompts` prompts (DIR/costs.json: ms per target forward, drafting included). Rerunning
-the same command resumes: prompts already written for a size are skipped.
+"forwards", "new_tokens"}. It also profiles one decoding step per size at batch 1, as serving runs
+that size (a DFlash drafter of exactly that block size; decoding/step_profile.py: propose + update +
+the target's forward over the block + verify and commit, each phase the median over the first
+`--cost-prompts` prompts): DIR/costs.json {"step_ms": {size: ms}, "forward_1_ms": {size: ms},
+"prompts"}. Rerunning the same command resumes: prompts already written for a size, and sizes
+already profiled, are skipped.
 
 `train` reads the label folders; a prompt's oracle label is the size with the best mean
-acceptance length (`--metric tau`) or the best tau / step cost (`--metric speed`, the tokens/s a
-size would give at batch 1), ties to the size nearest the DFlash drafter's training block size
+acceptance length (`--metric tau`, kept for comparison) or the best measured decoding speed
+(`--metric speed`, the default: the prompt's tau at that size / the size's step cost, tokens per
+ms at batch 1), ties to the size nearest the DFlash drafter's training block size
 (then the smaller). Features are computed from the target's
 prefill logits (`specblock_jax.drafters.blockpilot.features`); the MLP trains with AdamW and
 dropout on the train labels, reports accuracy against the oracle labels of `--eval-labels`
@@ -40,6 +44,8 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from infer.decode import read_prompts
 from specblock_jax.decoding.generate import encode_prompts, length_bucket
+from specblock_jax.decoding.prompt_profile import median_step_profile
+from specblock_jax.decoding.step_profile import step_ms
 from specblock_jax.drafters.blockpilot import PolicyConfig, features, init_policy, save_blockpilot
 
 
@@ -58,21 +64,31 @@ def make_labels(args) -> None:
     target = sbj.load_target(args.target)
     records, _ = read_prompts(Path(args.prompts))
     records = records[args.skip: args.skip + args.limit if args.limit else None]
-    sizes = [int(s) for s in args.sizes.split(",")]
+    (out / "settings.json").write_text(json.dumps(vars(args), indent=2))
+    write_labels(target, args.dflash, records, [int(s) for s in args.sizes.split(",")], out,
+                 max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed,
+                 batch_size=args.batch_size, cost_prompts=args.cost_prompts)
+    print(json.dumps(summarise(out, training_block_size(args.dflash)), indent=2))
+
+
+def write_labels(target, dflash_dir, records: list[dict], sizes: list[int], out: Path, *, max_new_tokens: int,
+                 temperature: float = 0.0, seed: int = 0, batch_size: int = 16, cost_prompts: int = 8) -> None:
+    """Decodes each record ({"id", "prompt": text or token ids}) with a DFlash drafter of each
+    size in `sizes` and appends its line to out/size_<s>.jsonl, then profiles each size's step
+    (out/costs.json). Resumes: records already in a size's file and sizes already profiled are
+    skipped (a torn last line from a kill is dropped first)."""
     costs_path = out / "costs.json"
     costs = json.loads(costs_path.read_text()) if costs_path.exists() else {}
-    (out / "settings.json").write_text(json.dumps(vars(args), indent=2))
     for size in sizes:
-        drafter = sbj.load_drafter(args.dflash, target, block_size=size)
+        drafter = sbj.load_drafter(dflash_dir, target, block_size=size)
         path = out / f"size_{size}.jsonl"
         todo = [r for r in records if r["id"] not in _done(path)]
-        chunk = args.batch_size * 4
+        chunk = batch_size * 4
         bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=f"block {size}")
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
-            res = sbj.generate(target, [r["prompt"] for r in part], drafter=drafter,
-                               temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                               seed=args.seed, batch_size=args.batch_size)
+            res = sbj.generate(target, [r["prompt"] for r in part], drafter=drafter, temperature=temperature,
+                               max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
             with path.open("a") as f:
                 f.write("".join(json.dumps({"id": r["id"], "tau": g.stats.tau,
                                             "forwards": g.stats.target_forwards,
@@ -80,14 +96,13 @@ def make_labels(args) -> None:
                                 for r, g in zip(part, res)))
             bar.update(len(part))
         bar.close()
-        if str(size) not in costs and args.cost_prompts:
-            few = [r["prompt"] for r in records[: args.cost_prompts]]
-            sbj.generate(target, few, drafter=drafter, max_new_tokens=args.max_new_tokens, batch_size=1)
-            res = sbj.generate(target, few, drafter=drafter, max_new_tokens=args.max_new_tokens, batch_size=1)
-            wall = sum(g.stats.total_time_s for g in res)
-            costs[str(size)] = 1000 * wall / sum(g.stats.target_forwards - 1 for g in res)
+        if str(size) not in costs.get("step_ms", {}) and cost_prompts:
+            few = encode_prompts(target, [r["prompt"] for r in records[:cost_prompts]])
+            prof = median_step_profile(target, *drafter, few, max_new=max_new_tokens)
+            costs.setdefault("step_ms", {})[str(size)] = step_ms(prof)
+            costs.setdefault("forward_1_ms", {})[str(size)] = prof["forward_1_ms"]
+            costs["prompts"] = prof["prompts"]
             costs_path.write_text(json.dumps(costs, indent=2))
-    print(json.dumps(summarise(out, training_block_size(args.dflash)), indent=2))
 
 
 def oracle_labels(score: np.ndarray, sizes: list[int], prefer: int | None = None) -> list[int]:
@@ -119,7 +134,10 @@ def read_labels(folder: Path, metric: str = "tau", prefer: int | None = None
     tau = np.asarray([[per_size[s][i] or 1.0 for s in sizes] for i in ids], np.float64)
     score = tau
     if metric == "speed":
-        costs = json.loads((folder / "costs.json").read_text())
+        costs = json.loads((folder / "costs.json").read_text())["step_ms"]
+        missing = [s for s in sizes if str(s) not in costs]
+        if missing:
+            raise ValueError(f"{folder}/costs.json: no step cost for sizes {missing} (rerun `labels` to time them)")
         score = tau / np.asarray([costs[str(s)] for s in sizes])
     return ids, sizes, tau, oracle_labels(score, sizes, prefer)
 
@@ -254,7 +272,7 @@ def main(argv=None, prog: str = "python -m train.blockpilot") -> None:
     tr.add_argument("--eval-labels", required=True)
     tr.add_argument("--features", default="topk", choices=("topk", "full"))
     tr.add_argument("--top-k", type=int, default=32)
-    tr.add_argument("--metric", default="tau", choices=("tau", "speed"))
+    tr.add_argument("--metric", default="speed", choices=("tau", "speed"))
     tr.add_argument("--loss", default="ce", choices=("ce", "regret"))
     tr.add_argument("--width", type=int, default=256)
     tr.add_argument("--steps", type=int, default=400)

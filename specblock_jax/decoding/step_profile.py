@@ -256,3 +256,8 @@ def ideal_speedup(tau: float, forward_1_ms: float, tree_forward_ms: float, verif
 def draft_seconds_per_step(profile: dict) -> float:
     """propose + update of one batched step, in seconds (0 when the profile has neither)."""
     return (profile.get("propose_ms", 0.0) + profile.get("update_ms", 0.0)) / 1000
+
+
+def step_ms(profile: dict) -> float:
+    """One whole speculative step in ms: propose + update + tree forward + verify and commit."""
+    return sum(profile[f"{ph}_ms"] for ph in PHASES if ph != "forward_1")
