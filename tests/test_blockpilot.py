@@ -234,3 +234,21 @@ def test_label_files_resume_without_repeating_a_prompt_or_a_profile(target, pilo
     alone.mkdir()
     write_labels(target, tmp_path / "dflash", records, [2, 4], alone, **{**kw, "cost_prompts": 0})
     assert read_labels(out, "tau")[2].tolist() == read_labels(alone, "tau")[2].tolist()
+
+
+@pytest.mark.parametrize("path", ["configs/drafters/blockpilot.yaml", "configs/drafters/blockpilot-v2.yaml"])
+def test_blockpilot_configs_set_only_known_keys(path, tmp_path):
+    from pathlib import Path
+
+    import yaml
+
+    from train.blockpilot import apply_config, parsers
+    p, subparsers = parsers("x")
+    apply_config(Path(path), subparsers)
+    cfg = yaml.safe_load(Path(path).read_text())
+    args = p.parse_args(["train"])  # the YAML filled the required flags
+    assert args.labels == cfg["train"]["labels"] and args.metric == cfg["train"]["metric"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"labels": {"size": "4,8"}}))
+    with pytest.raises(SystemExit, match=r"bad.yaml: labels: unknown keys \['size'\]"):
+        apply_config(bad, parsers("x")[1])

@@ -250,7 +250,28 @@ def train_cmd(args) -> None:
     print(json.dumps(report, indent=2))
 
 
-def main(argv=None, prog: str = "python -m train.blockpilot") -> None:
+def apply_config(path: Path, subparsers: dict[str, argparse.ArgumentParser]) -> None:
+    """A YAML config's sections ({"labels": {...}, "train": {...}}) become the subcommands'
+    defaults (flags still override them); an unknown section or key is a clear error."""
+    import yaml
+
+    cfg = yaml.safe_load(path.read_text()) or {}
+    if set(cfg) - set(subparsers):
+        raise SystemExit(f"{path}: unknown sections {sorted(set(cfg) - set(subparsers))} "
+                         f"(sections: {sorted(subparsers)})")
+    for name, sp in subparsers.items():
+        section = {k.replace("-", "_"): v for k, v in (cfg.get(name) or {}).items()}
+        dests = {a.dest for a in sp._actions}
+        if set(section) - dests:
+            raise SystemExit(f"{path}: {name}: unknown keys {sorted(set(section) - dests)}")
+        sp.set_defaults(**section)
+        for action in sp._actions:
+            if action.required and action.dest in section:
+                action.required = False
+
+
+def parsers(prog: str) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The CLI's parser and its subcommands' parsers ({"labels", "train"})."""
     p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     lab = sub.add_parser("labels")
@@ -282,19 +303,16 @@ def main(argv=None, prog: str = "python -m train.blockpilot") -> None:
     tr.add_argument("--run-dir", default="runs/dflash_blockpilot")
     tr.add_argument("--out", default="")
     tr.add_argument("--dflash-dir", default="../dflash")
+    return p, {"labels": lab, "train": tr}
+
+
+def main(argv=None, prog: str = "python -m train.blockpilot") -> None:
+    p, subparsers = parsers(prog)
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default="")
     known, rest = pre.parse_known_args(argv)
-    if known.config:  # YAML defaults per subcommand ({"labels": {...}, "train": {...}})
-        import yaml
-
-        cfg = yaml.safe_load(Path(known.config).read_text()) or {}
-        for name, sp in (("labels", lab), ("train", tr)):
-            sp.set_defaults(**{k.replace("-", "_"): v for k, v in (cfg.get(name) or {}).items()})
-        for sp in (lab, tr):
-            for action in sp._actions:
-                if action.required and action.dest in (cfg.get(sp.prog.split()[-1]) or {}):
-                    action.required = False
+    if known.config:
+        apply_config(Path(known.config), subparsers)
     args = p.parse_args(rest)
     make_labels(args) if args.cmd == "labels" else train_cmd(args)
 
