@@ -6,6 +6,9 @@ budget and temperature; compilation is excluded from throughput and reported apa
 first timed run, an untimed warm-up decodes the first --warmup-prompts prompts target-only (the
 first run in a process measured up to ~12% slower than a repeat on the 2-core CPU); its time is in
 results.json ("warmup"), and the executables it compiled are not compiled again by `ar`.
+With --rounds K the prompts are split into K contiguous chunks and every method decodes chunk 1,
+then every method chunk 2, ...: a slow spell of a shared machine then falls on all methods alike
+(each prompt keeps its own key stream, so outputs do not depend on K).
   tau       tokens committed per decoding forward of the target, bonus token included
             (the prefill's first token is not counted); per prompt, median [min, max]
   tokens/s  new tokens / decode-loop wall time, summed over batches
@@ -137,7 +140,9 @@ def batch_taus(results) -> list[float]:
     return [t / f if f else 1.0 for t, f in (per[b] for b in sorted(per))]
 
 
-def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
+def prepare_method(target, prompts, method, temperature, batch_size, args) -> dict:
+    """A method ready to decode: its drafter (calibrated first when asked, on the first
+    --calibrate-prompts prompts) and its adapter."""
     base, calib = split_calibrate(method)
     base, adapt = split_adapt(base)
     drafter = cli_method(base, target)
@@ -160,7 +165,18 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
     adapter = None
     if adapt is not None:
         adapter = make_adapter(method, drafter, ",".join(filter(None, [args.adapt_settings, adapt])))
-    label = f"T={temperature:g} b={batch_size} {method_label(method)}"
+    return {"method": method, "drafter": drafter, "calibration": calibration, "adapter": adapter}
+
+
+def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, start: int = 0,
+                   results: list | None = None, note: str = "") -> list:
+    """Decodes `prompts` (positions start.. of the whole prompt list: their key streams are those
+    of the whole job) with a prepared method and appends the results to `results`, their batch
+    indices continuing after the batches already there."""
+    results = [] if results is None else results
+    offset = 1 + max((r.stats.batch for r in results), default=-1)
+    label = f"T={temperature:g} b={batch_size} {method_label(prep['method'])}{note}"
+    keys = None if isinstance(prep["drafter"], sbj.decoding.AutoServe) else range(start, start + len(prompts))
     with tqdm(total=len(prompts), desc=label, unit="prompt", file=sys.stdout, leave=True) as bar:
         done = {"tokens": 0, "wall": 0.0, "batches": set()}
 
@@ -172,10 +188,41 @@ def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
             bar.update(len(batch))
             bar.set_postfix_str(f"{done['tokens'] / max(done['wall'], 1e-9):.0f} tok/s")
 
-        results = sbj.generate(target, prompts, drafter=drafter, temperature=temperature,
-                               max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
-                               adapter=adapter, on_batch=on_batch, profile="all",
-                               refill=False if args.no_refill else None)
+        new = sbj.generate(target, prompts, drafter=prep["drafter"], temperature=temperature,
+                           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
+                           adapter=prep["adapter"], on_batch=on_batch, profile="all",
+                           refill=False if args.no_refill else None, key_index=keys)
+    for r in new:
+        r.stats.batch += offset
+    results += new
+    return results
+
+
+def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
+    """One method on all prompts in one pass: its results.json row (`summarise`)."""
+    prep = prepare_method(target, prompts, method, temperature, batch_size, args)
+    return summarise(prep, decode_prompts(target, prep, prompts, temperature, batch_size, args),
+                     temperature, batch_size)
+
+
+def run_rounds(target, prompts, methods, temperature, batch_size, args) -> list[dict]:
+    """Every method on all prompts, interleaved: the prompts in --rounds contiguous chunks, each
+    chunk decoded by every method in turn. Rows as `run_method` gives them."""
+    preps = [prepare_method(target, prompts, m, temperature, batch_size, args) for m in methods]
+    results: list[list] = [[] for _ in methods]
+    bounds = np.linspace(0, len(prompts), args.rounds + 1).round().astype(int)
+    for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        if a == b:  # more rounds than prompts
+            continue
+        for prep, res in zip(preps, results):
+            decode_prompts(target, prep, prompts[a:b], temperature, batch_size, args, start=int(a),
+                           results=res, note=f" [round {k + 1}/{args.rounds}]")
+    return [summarise(p, r, temperature, batch_size) for p, r in zip(preps, results)]
+
+
+def summarise(prep: dict, results: list, temperature: float, batch_size: int) -> dict:
+    """A method's results.json row from all its results (in prompt order)."""
+    method, drafter, calibration, adapter = prep["method"], prep["drafter"], prep["calibration"], prep["adapter"]
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
         b = batches.setdefault(r.stats.batch, {"wall": r.stats.total_time_s, "tokens": 0,
@@ -352,6 +399,10 @@ def parse_args(argv=None):
     p.add_argument("--skip", type=int, default=0, help="skip the first K records")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="split the prompts into this many contiguous chunks and run the methods in turn "
+                        "on each chunk (ar, m1, m2, ..., then the next chunk), so a slow spell of a shared "
+                        "machine falls on every method alike; calibration runs before the first round")
     p.add_argument("--warmup-prompts", type=int, default=8,
                    help="prompts decoded target-only, untimed, before the first timed run (0 = no warm-up)")
     p.add_argument("--no-refill", action="store_true",
@@ -410,6 +461,8 @@ def main(argv=None) -> int:
         return 0
     args = parse_args(argv)
     args.calibrate_grid = parse_grid(args.calibrate_grid)
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
     methods = [m for m in args.methods.split(",") if m]
     methods = ["ar"] + [m for m in methods if m != "ar"]
     if args.adapt:
@@ -445,9 +498,10 @@ def main(argv=None) -> int:
                           "compile_s": sum({r.stats.batch: r.stats.compile_s for r in warm}.values())}
         print(f"warm-up (untimed): target-only on {len(warm)} prompts, {meta['warmup']['wall_s']:.1f} s", flush=True)
     for i, (batch_size, temperature) in enumerate(groups):
-        group = []
-        for method in methods:
-            group.append(run_method(target, prompts, method, temperature, batch_size, args))
+        if args.rounds == 1:
+            group = [run_method(target, prompts, m, temperature, batch_size, args) for m in methods]
+        else:
+            group = run_rounds(target, prompts, methods, temperature, batch_size, args)
         base = group[0]  # ar
         for r in group:
             r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]

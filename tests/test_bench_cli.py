@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -115,3 +116,29 @@ def test_an_interrupted_bench_keeps_the_groups_it_finished(tiny_ckpt, tmp_path, 
     assert [(r["temperature"], r["method"]) for r in data["results"]] == [(0.0, "ar"), (0.0, "prompt_lookup")]
     assert len(list(out.glob("outputs_prompt_lookup_T0_b*.jsonl"))) == 1
     assert "partial" in (out / "results.md").read_text()
+
+
+def test_rounds_interleave_the_methods_without_changing_any_output(tiny_ckpt, tmp_path, capsys):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "a = 1\n" * (i + 2)}) + "\n" for i in range(5)))
+    common = ["--target", str(tiny_ckpt), "--prompts", str(prompts), "--methods", "prompt_lookup",
+              "--temperatures", "0,1", "--max-new-tokens", "12", "--batch-size", "2", "--warmup-prompts", "0"]
+    assert bench.main([*common, "--out-dir", str(tmp_path / "one")]) == 0
+    capsys.readouterr()
+    assert bench.main([*common, "--out-dir", str(tmp_path / "three"), "--rounds", "3"]) == 0
+    log = capsys.readouterr().out
+    # chunks of 2, 1 and 2 prompts, each decoded by ar then prompt lookup before the next chunk
+    bars = re.findall(r"T=0 b=2 \S+ \[round \d/3\]", log)
+    order = [b for i, b in enumerate(bars) if i == 0 or b != bars[i - 1]]  # a bar redraws its line
+    assert order[:4] == ["T=0 b=2 ar [round 1/3]", "T=0 b=2 prompt_lookup [round 1/3]",
+                         "T=0 b=2 ar [round 2/3]", "T=0 b=2 prompt_lookup [round 2/3]"]
+    one = json.loads((tmp_path / "one/results.json").read_text())["results"]
+    three = json.loads((tmp_path / "three/results.json").read_text())["results"]
+    for a, b in zip(one, three):
+        assert (a["method"], a["temperature"], b["prompts"]) == (b["method"], b["temperature"], 5)
+        assert a["tau_median"] == b["tau_median"] and a["new_tokens"] == b["new_tokens"]
+        assert a["tau_run"] == b["tau_run"] and a["target_forwards"] == b["target_forwards"]
+    for name in ("outputs_prompt_lookup_T0_b2.jsonl", "outputs_prompt_lookup_T1_b2.jsonl"):  # sampled too
+        assert (tmp_path / "one" / name).read_text() == (tmp_path / "three" / name).read_text()
+    with pytest.raises(SystemExit, match="--rounds must be >= 1"):
+        bench.main([*common, "--out-dir", str(tmp_path / "x"), "--rounds", "0"])
