@@ -42,14 +42,17 @@ def test_shipped_target_matches_transformers_and_generates(name):
     assert len(res.token_ids) >= 1 and res.text == target.tokenizer.decode(res.token_ids, skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("name,kind", [("target", "eagle3"), ("target", "specblock"),
-                                       ("target-v2", "eagle3")])
-def test_shipped_drafters_are_lossless_on_the_shipped_target(name, kind):
-    """(v1's SpecBlock folder predates the public branching rule: its legacy tree keys convert.)"""
+@pytest.mark.parametrize("name,kind,tau_floor", [("target", "eagle3", 1.5), ("target", "specblock", 1.5),
+                                                   ("target-v2", "eagle3", 2.4), ("target-v2", "specblock", 1.35)])
+def test_shipped_drafters_are_lossless_on_the_shipped_target(name, kind, tau_floor):
+    """Greedy identity on 6 held-out prompts, and the drafter's mean tau there above a floor set
+    below what the shipped weights reach (v2, 2026-12-02: EAGLE-3 2.78, SpecBlock 1.51; an
+    untrained drafter gives about 1.0). (v1's SpecBlock folder predates the public branching rule:
+    its legacy tree keys convert.)"""
     target = sbj.load_target(ROOT / "assets" / name)
     drafter = sbj.load_drafter(ROOT / "assets" / DRAFTERS[name] / kind, target)
     prompts = [json.loads(x)["prompt"] for x in (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:6]]
     ar = sbj.generate(target, prompts, max_new_tokens=48, batch_size=3)
     spec = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=48, batch_size=3)
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
-    assert sum(s.stats.tau for s in spec) / len(spec) > 1.5  # it is a trained drafter
+    assert sum(s.stats.tau for s in spec) / len(spec) > tau_floor
