@@ -43,10 +43,11 @@ def test_shipped_target_matches_transformers_and_generates(name):
 
 
 @pytest.mark.parametrize("name,kind,tau_floor", [("target", "eagle3", 1.5), ("target", "specblock", 1.5),
-                                                   ("target-v2", "eagle3", 2.4), ("target-v2", "specblock", 1.35)])
+                                                   ("target-v2", "eagle3", 2.4), ("target-v2", "specblock", 1.35),
+                                                   ("target-v2", "dflash", 1.3)])
 def test_shipped_drafters_are_lossless_on_the_shipped_target(name, kind, tau_floor):
     """Greedy identity on 6 held-out prompts, and the drafter's mean tau there above a floor set
-    below what the shipped weights reach (v2, 2026-12-02: EAGLE-3 2.78, SpecBlock 1.51; an
+    below what the shipped weights reach (v2, 2026-12-02: EAGLE-3 2.78, SpecBlock 1.51, DFlash 1.53; an
     untrained drafter gives about 1.0). (v1's SpecBlock folder predates the public branching rule:
     its legacy tree keys convert.)"""
     target = sbj.load_target(ROOT / "assets" / name)
