@@ -21,12 +21,14 @@ $(VENV)/.test-installed: pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@ $(VENV)/.run-installed
 
-# The main job: the bundled HumanEval prompts decoded by every method side by side on the embedded
-# target (greedy), with the table printed and every completion written under $(OUT)/humaneval.
+# The main job: the first $(LIMIT) bundled HumanEval prompts decoded by every method side by side on
+# the embedded target (greedy, methods interleaved over 2 rounds of prompts), with the table printed
+# and every completion written under $(OUT)/humaneval. All 164 prompts: make run LIMIT=0.
+LIMIT ?= 48
 run: $(VENV)/.run-installed
 	$(VENV)/bin/specblock-bench --target assets/target --prompts assets/prompts/humaneval.jsonl \
-	  --methods $(METHODS) --temperatures 0 --max-new-tokens 128 --batch-size 1 \
-	  --out-dir $(OUT)/humaneval
+	  --methods $(METHODS) --temperatures 0 --max-new-tokens 128 --batch-size 1 --limit $(LIMIT) \
+	  --rounds 2 --out-dir $(OUT)/humaneval
 
 # pytest exits 5 when it collects no test; make treats any non-zero exit as failure.
 test: $(VENV)/.test-installed

@@ -108,6 +108,40 @@ def split_calibrate(method: str) -> tuple[str, bool]:
     return ":".join(keep), on
 
 
+def split_oracle(method: str) -> tuple[str, str | None]:
+    """Strips ':oracle=LABELS_DIR' from a BlockPilot method: (the method without it, the folder of
+    labels (`specblock-train blockpilot labels`) whose best size per prompt routes each request)."""
+    base, *pairs = method.split(":")
+    keep, folder = [base], None
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key == "oracle":
+            if not value:
+                raise SystemExit(f"--methods: {method!r}: oracle takes a label folder")
+            folder = value
+        else:
+            keep.append(pair)
+    return ":".join(keep), folder
+
+
+def oracle_method(drafter, folder: str, target, method: str):
+    """The routing drafter `drafter` with each request routed to its label's best size
+    (`train.blockpilot.oracle_table`: measured speed, ties to the training block size)."""
+    from train.blockpilot import oracle_table
+    from specblock_jax.decoding.generate import encode_prompts
+    from specblock_jax.decoding.routed import TableRoutes, is_routing
+
+    inner, params = drafter if isinstance(drafter, tuple) else (drafter, ())
+    if not is_routing(inner):
+        raise SystemExit(f"--methods: {method!r}: oracle= routes a BlockPilot drafter; this one does not route")
+    try:
+        table = oracle_table(Path(folder), lambda texts: encode_prompts(target, texts), inner.policy.sizes,
+                              inner.dflash.config.block_size)
+    except (OSError, ValueError, KeyError) as e:
+        raise SystemExit(f"--methods: {method!r}: {e}") from None
+    return TableRoutes(inner, table, name=f"oracle={folder}"), params
+
+
 def profile_summary(results) -> dict:
     """Per-phase ms of a method's step (each batch's profile weighted by its decoding steps) and
     every distinct profiled shape with its step count."""
@@ -145,7 +179,12 @@ def prepare_method(target, prompts, method, temperature, batch_size, args) -> di
     --calibrate-prompts prompts) and its adapter."""
     base, calib = split_calibrate(method)
     base, adapt = split_adapt(base)
+    base, oracle = split_oracle(base)
     drafter = cli_method(base, target)
+    if oracle is not None:
+        if calib or adapt is not None:
+            raise SystemExit(f"--methods: {method!r}: an oracle method neither calibrates nor adapts")
+        drafter = oracle_method(drafter, oracle, target, method)
     calibration = None
     if isinstance(drafter, sbj.decoding.AutoServe) and (calib or adapt is not None):
         raise SystemExit(f"--methods: {method!r}: an auto: method neither calibrates nor adapts")
@@ -272,9 +311,9 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int) ->
 
 
 def output_name(row: dict) -> str:
-    """outputs_<label>_T<t>_b<b>.jsonl (portable: ':' -> '__', '=' -> '-'); the run's adaptation
+    """outputs_<label>_T<t>_b<b>.jsonl (portable: ':' -> '__', '=' and '/' -> '-'); the run's adaptation
     events go to the same name with the prefix adapt_."""
-    label = method_label(row["method"]).replace(":", "__").replace("=", "-")
+    label = method_label(row["method"]).replace(":", "__").replace("=", "-").replace("/", "-")
     return f"outputs_{label}_T{row['temperature']:g}_b{row['batch_size']}.jsonl"
 
 

@@ -1,7 +1,7 @@
 """Which DFlash block size pays on this hardware: measured step cost per size, and the speedup each
 size would give at a range of per-draft acceptance rates.
 
-    python scripts/dflash_block_size.py [--target assets/target-v2] [--sizes 4,6,8,12,16] \
+    python scripts/dflash_block_size.py [--target assets/target] [--sizes 4,6,8,12,16] \
         [--prompts assets/prompts/heldout.jsonl --limit 8] [--out docs/dflash_block_size_v2.json]
 
 A DFlash drafter of the v2 recipe (configs/drafters/dflash-v2.yaml: 3 layers, the target's widths)
@@ -44,7 +44,7 @@ def expected_tau(size: int, alpha: float) -> float:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--target", default="assets/target-v2")
+    ap.add_argument("--target", default="assets/target")
     ap.add_argument("--sizes", default="4,6,8,12,16")
     ap.add_argument("--prompts", default="assets/prompts/heldout.jsonl")
     ap.add_argument("--limit", type=int, default=8)

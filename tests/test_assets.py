@@ -1,6 +1,6 @@
-"""The embedded default: the shipped targets load in both stacks with the same logits, and the
-shipped drafters are lossless on their target. v1 (`assets/target`, `assets/drafters`) and v2
-(`assets/target-v2`, `assets/drafters-v2`) live side by side while v2's drafters are trained."""
+"""The embedded default (target v2 in `assets/target`, its drafters in `assets/drafters`): the
+target loads in both stacks with the same logits, and every shipped drafter is lossless on it with
+a tau that shows it is trained. (The BlockPilot folder drives the DFlash one: tests/test_blockpilot.py.)"""
 
 from __future__ import annotations
 
@@ -14,20 +14,18 @@ import torch
 import specblock_jax as sbj
 
 ROOT = Path(__file__).resolve().parents[1]
-DRAFTERS = {"target": "drafters", "target-v2": "drafters-v2"}
 
 
-def test_assets_stay_under_80_mb():
-    """80 MB while v2 replaces v1 (both targets shipped), 50 MB once v1 leaves (issue 16)."""
+def test_assets_stay_under_50_mb():
+    """50 MB once v1 left assets/ (issue 16)."""
     size = sum(f.stat().st_size for f in (ROOT / "assets").rglob("*") if f.is_file())
-    assert size < 80 * 2**20, f"assets/ holds {size / 2**20:.1f} MB"
+    assert size < 50 * 2**20, f"assets/ holds {size / 2**20:.1f} MB"
 
 
-@pytest.mark.parametrize("name", ["target", "target-v2"])
-def test_shipped_target_matches_transformers_and_generates(name):
+def test_shipped_target_matches_transformers_and_generates():
     from transformers import AutoModelForCausalLM
 
-    folder = ROOT / "assets" / name
+    folder = ROOT / "assets" / "target"
     target = sbj.load_target(folder)
     assert target.config.family == "qwen3" and target.tokenizer is not None
     assert json.loads((folder / "config.json").read_text())["dtype"] == "bfloat16"
@@ -42,16 +40,13 @@ def test_shipped_target_matches_transformers_and_generates(name):
     assert len(res.token_ids) >= 1 and res.text == target.tokenizer.decode(res.token_ids, skip_special_tokens=True)
 
 
-@pytest.mark.parametrize("name,kind,tau_floor", [("target", "eagle3", 1.5), ("target", "specblock", 1.5),
-                                                   ("target-v2", "eagle3", 2.4), ("target-v2", "specblock", 1.35),
-                                                   ("target-v2", "dflash", 1.3)])
-def test_shipped_drafters_are_lossless_on_the_shipped_target(name, kind, tau_floor):
+@pytest.mark.parametrize("kind,tau_floor", [("eagle3", 2.4), ("specblock", 1.35), ("dflash", 1.3)])
+def test_shipped_drafters_are_lossless_on_the_shipped_target(kind, tau_floor):
     """Greedy identity on 6 held-out prompts, and the drafter's mean tau there above a floor set
-    below what the shipped weights reach (v2, 2026-12-02: EAGLE-3 2.78, SpecBlock 1.51, DFlash 1.53; an
-    untrained drafter gives about 1.0). (v1's SpecBlock folder predates the public branching rule:
-    its legacy tree keys convert.)"""
-    target = sbj.load_target(ROOT / "assets" / name)
-    drafter = sbj.load_drafter(ROOT / "assets" / DRAFTERS[name] / kind, target)
+    below what the shipped weights reach (2026-12-02: EAGLE-3 2.78, SpecBlock 1.51, DFlash 1.53; an
+    untrained drafter gives about 1.0)."""
+    target = sbj.load_target(ROOT / "assets" / "target")
+    drafter = sbj.load_drafter(ROOT / "assets" / "drafters" / kind, target)
     prompts = [json.loads(x)["prompt"] for x in (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:6]]
     ar = sbj.generate(target, prompts, max_new_tokens=48, batch_size=3)
     spec = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=48, batch_size=3)

@@ -96,6 +96,16 @@ def test_bench_rejects_bad_calibration_settings():
         bench.parse_grid(["nodes=8"])
 
 
+def test_bench_oracle_option_is_split_off_and_named_portably():
+    assert bench.split_oracle("a/blockpilot:oracle=data/l/heldout:masked=false") == (
+        "a/blockpilot:masked=false", "data/l/heldout")
+    assert bench.split_oracle("a/dflash:block_size=4") == ("a/dflash:block_size=4", None)
+    with pytest.raises(SystemExit, match="oracle takes a label folder"):
+        bench.split_oracle("a/blockpilot:oracle=")
+    row = {"method": "a/blockpilot:oracle=data/l/heldout", "temperature": 0.0, "batch_size": 8}
+    assert bench.output_name(row) == "outputs_blockpilot__oracle-data-l-heldout_T0_b8.jsonl"
+
+
 def test_an_interrupted_bench_keeps_the_groups_it_finished(tiny_ckpt, tmp_path, monkeypatch):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\n" * (i + 2)}) + "\n" for i in range(2)))

@@ -252,3 +252,38 @@ def test_blockpilot_configs_set_only_known_keys(path, tmp_path):
     bad.write_text(yaml.safe_dump({"labels": {"size": "4,8"}}))
     with pytest.raises(SystemExit, match=r"bad.yaml: labels: unknown keys \['size'\]"):
         apply_config(bad, parsers("x")[1])
+
+
+def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
+    """A per-request oracle (TableRoutes): each prompt decodes at the size its table entry names,
+    as it does alone with a DFlash drafter of that size; a prompt missing from the table is an error."""
+    from specblock_jax.decoding.routed import TableRoutes
+
+    task, drafter, params = pilot
+    prompts = _prompts()
+    given = [SIZES[i % len(SIZES)] for i in range(len(prompts))]
+    oracle = TableRoutes(drafter, {tuple(p): s for p, s in zip(prompts, given)}, name="oracle")
+    routed = sbj.generate(target, prompts, drafter=(oracle, params), batch_size=4, max_new_tokens=12)
+    assert [r.stats.route["group"] for r in routed] == given
+    for i in (0, 1, 2):
+        fixed = DFlashDrafter(task.config, task.graphdef, block_size=given[i])
+        alone = sbj.generate(target, [prompts[i]], drafter=(fixed, params["dflash"]), max_new_tokens=12)[0]
+        assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau
+    with pytest.raises(ValueError, match="oracle: prompt 0 .* no entry in the route table"):
+        sbj.generate(target, [[1, 2, 3, 4, 5, 6, 7, 0, 0, 1, 1, 1, 1, 1, 1, 1]], drafter=(oracle, params))
+    with pytest.raises(ValueError, match="only for a routing drafter"):
+        TableRoutes(drafter.dflash, {})
+
+
+def test_oracle_table_maps_each_labelled_prompt_to_its_fastest_size(tmp_path):
+    from train.blockpilot import oracle_table
+    taus = {4: [2.0, 3.0, 1.5], 8: [3.0, 3.2, 1.5], 16: [3.2, 6.0, 1.5]}
+    _label_folder(tmp_path, taus, {4: 10.0, 8: 12.0, 16: 20.0})
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"id": f"p{i}", "prompt": t}) + "\n" for i, t in enumerate(["12", "345", "6"])))
+    (tmp_path / "settings.json").write_text(json.dumps({"prompts": str(prompts)}))
+    encode = lambda texts: [[int(c) for c in t] for t in texts]  # noqa: E731
+    # as in test_speed_labels_...: p0 -> 8, p1 -> 4, p2 -> 4
+    assert oracle_table(tmp_path, encode, (4, 8, 16), prefer=8) == {(1, 2): 8, (3, 4, 5): 4, (6,): 4}
+    with pytest.raises(ValueError, match=r"labels for sizes \[4, 8, 16\], the drafter has \[4, 8\]"):
+        oracle_table(tmp_path, encode, (4, 8), prefer=8)

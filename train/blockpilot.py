@@ -142,6 +142,24 @@ def read_labels(folder: Path, metric: str = "tau", prefer: int | None = None
     return ids, sizes, tau, oracle_labels(score, sizes, prefer)
 
 
+def oracle_table(folder: Path, encode, sizes, prefer: int | None = None) -> dict[tuple[int, ...], int]:
+    """Prompt token ids -> the labelled best block size (measured speed, ties to `prefer`) of every
+    prompt in a label folder; its prompts are those of the folder's settings.json (the file the
+    labels were made from), token ids by `encode` (list of texts -> list of id lists). `sizes`: the
+    sizes the serving drafter has; the labels must be for exactly these."""
+    settings = json.loads((folder / "settings.json").read_text())
+    ids, label_sizes, _, labels = read_labels(folder, "speed", prefer)
+    if sorted(label_sizes) != sorted(int(s) for s in sizes):
+        raise ValueError(f"{folder}: labels for sizes {label_sizes}, the drafter has {sorted(sizes)}")
+    records, _ = read_prompts(Path(settings["prompts"]))
+    text = {r["id"]: r["prompt"] for r in records}
+    missing = [i for i in ids if i not in text]
+    if missing:
+        raise ValueError(f"{folder}: labelled ids not in {settings['prompts']}: {missing[:3]}")
+    toks = encode([text[i] for i in ids])
+    return {tuple(t): label_sizes[k] for t, k in zip(toks, labels)}
+
+
 def summarise(folder: Path, prefer: int | None = None) -> dict:
     out = {}
     for metric in ("tau", "speed"):

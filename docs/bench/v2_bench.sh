@@ -9,10 +9,10 @@
 # Run from the repository root on an otherwise idle machine (no training, no tests).
 LIMIT=${LIMIT:-40}
 HE_LIMIT=${HE_LIMIT:-24}
-E=assets/drafters-v2/eagle3
-S=assets/drafters-v2/specblock
-D=assets/drafters-v2/dflash
-B="--target assets/target-v2 --max-new-tokens 128 --rounds 4"
+E=assets/drafters/eagle3
+S=assets/drafters/specblock
+D=assets/drafters/dflash
+B="--target assets/target --max-new-tokens 128 --rounds 4"
 G="--calibrate-grid num_nodes=6,10,16 --calibrate-grid depth=3,5 --calibrate-grid max_blocks=2,3 --calibrate-grid block_size=4,6,8"
 set -e
 .venv/bin/specblock-bench $B --temperatures 0,1 --batch-size 1,8 --limit $LIMIT \

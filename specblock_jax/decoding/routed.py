@@ -7,6 +7,9 @@ A routing drafter has
     route(params, logits [B, V]) -> [B] int32   each request's group, from the target's
                                                 next-token logits after its prompt
     for_group(params, group: int) -> (Drafter, params)   the drafter serving that group
+and may instead have
+    route_tokens(ids: list[list[int]]) -> list[int]   each prompt's group from its token ids (host;
+                                                e.g. `TableRoutes`, a benchmark's per-request oracle)
 `generate_routed` prefills every prompt once to route it (one compiled prefill per batch shape),
 then decodes each group with its own drafter and compiled loop (refill, profiling and stop rules as
 in `generate`). Each prompt keeps its key stream (`key_index`), so outputs do not depend on the
@@ -33,6 +36,41 @@ def is_routing(drafter: Any) -> bool:
     return bool(getattr(drafter, "routes", False)) and callable(getattr(drafter, "route", None))
 
 
+class TableRoutes:
+    """A routing drafter that sends each prompt to a group given in advance (`table`: prompt token
+    ids -> group), and serves the group as `inner` (a routing drafter) does. For measurements: e.g.
+    a per-request oracle that gives each request its best block size from labels. A prompt missing
+    from the table is an error."""
+
+    routes = True
+
+    def __init__(self, inner: Any, table: dict[tuple[int, ...], int], name: str = "table"):
+        if not is_routing(inner):
+            raise ValueError(f"{name}: routes by table only for a routing drafter, got {type(inner).__name__}")
+        self.inner, self.table, self.name = inner, dict(table), name
+        self.kind = getattr(inner, "kind", type(inner).__name__)
+
+    def route(self, params, logits):
+        raise TypeError(f"{self.name}: routes by prompt (route_tokens), not by logits")
+
+    def route_tokens(self, ids: Sequence[Sequence[int]]) -> list[int]:
+        out = []
+        for i, toks in enumerate(ids):
+            group = self.table.get(tuple(int(t) for t in toks))
+            if group is None:
+                raise ValueError(f"{self.name}: prompt {i} ({len(toks)} tokens) has no entry in the route table")
+            out.append(int(group))
+        return out
+
+    def for_group(self, params, group: int):
+        return self.inner.for_group(params, group)
+
+    def __getattr__(self, name):  # num_nodes, forwards_per_step, ... of the inner drafter
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
 def _route_batch(graphdef, cfg, drafter, cache_len, params, drafter_params, tokens, lengths):
     """[B, P] right-padded prompts -> [B] int32 groups (the prefill's logits through `route`; its
     first token, drawn greedily, is unused)."""
@@ -46,6 +84,8 @@ def _route_batch(graphdef, cfg, drafter, cache_len, params, drafter_params, toke
 def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]], batch_size: int,
                   bucket: Callable[[int], int]) -> tuple[list[int], float, float]:
     """Each prompt's group: (groups, wall seconds, compile seconds)."""
+    if callable(getattr(drafter, "route_tokens", None)):
+        return drafter.route_tokens(ids), 0.0, 0.0
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     groups = [0] * len(ids)
     wall = compile_s = 0.0
