@@ -50,6 +50,19 @@ def test_auto_greedy_output_is_target_only_and_every_chunk_is_logged(small_vocab
     assert sum(e["tokens"] for e in auto.events) == sum(budgets)
 
 
+def test_auto_measures_the_decode_loops_not_the_step_profiling(small_vocab_target):
+    """A chunk's seconds are its decode loops' wall time (compilation excluded): with
+    profile="all" (as specblock-bench runs) the phase timing outside the loops does not count."""
+    rng = np.random.default_rng(4)
+    prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(6)]
+    auto = AutoServe("prompt_lookup", budgets=(4,), chunk=2)
+    res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=8, batch_size=2, profile="all")
+    for event in auto.events:
+        mine = [r for r in res if r.stats.auto is event]
+        loops = sum({r.stats.batch: r.stats.total_time_s for r in mine}.values())
+        assert event["decode_s"] == round(loops, 4) and event["requests"] == len(mine)
+
+
 def test_auto_sampling_follows_the_target_distribution_while_switching(small_vocab_target):
     """6000 draws in chunks of 1000: target-only and speculation with a stochastic drafter far from
     the target both serve chunks; the pooled (t2, t3) pairs match the target's exact distribution."""
