@@ -30,9 +30,10 @@ run: $(VENV)/.run-installed
 	  --methods $(METHODS) --temperatures 0 --max-new-tokens 128 --batch-size 1 --limit $(LIMIT) \
 	  --rounds 2 --out-dir $(OUT)/humaneval
 
-# pytest exits 5 when it collects no test; make treats any non-zero exit as failure.
+# pytest exits 5 when it collects no test; make treats any non-zero exit as failure. The tests run
+# in one worker per CPU core (pytest-xdist): most of their time is single-threaded XLA compilation.
 test: $(VENV)/.test-installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache

@@ -193,6 +193,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-refill", action="store_true",
                    help="decode in fixed batches (a batch runs until its longest record ends); by default "
                         "a finished row takes the next record at once (continuous batching; not under --mesh)")
+    p.add_argument("--refill-rows", type=int, default=1,
+                   help="with continuous batching, return to the host to refill once this many rows are free "
+                        "(1: every finished row at once; more: fewer, larger inserts)")
     p.add_argument("--limit", type=int, default=None, help="decode only the first N records")
     p.add_argument("--mesh", default=None,
                    help="device mesh, e.g. data=4,model=2 (batch over data, target over model); "
@@ -272,7 +275,8 @@ def decode_refill(args, target, drafter, adapter, mesh, todo, out, bar) -> tuple
     recs = [rec for _, rec in todo]
     sbj.generate(target, [r["prompt"] for r in recs], drafter=drafter, temperature=[r["temp"] for r in recs],
                  top_k=args.top_k, top_p=args.top_p, max_new_tokens=[r["budget"] for r in recs], seed=args.seed,
-                 batch_size=args.batch_size, adapter=adapter, on_batch=finished, refill=True)
+                 batch_size=args.batch_size, adapter=adapter, on_batch=finished, refill=True,
+                 refill_rows=args.refill_rows)
     compile_s = acc["compile"] + (adapter.compile_s if adapter is not None else 0.0)
     return acc["tokens"], time.perf_counter() - start - compile_s, compile_s
 

@@ -9,7 +9,7 @@ slots of the loop's steps whose row was done or padding: 1 - active row-steps / 
 whether outputs are identical.
 
     python scripts/refill_bench.py --methods ar,assets/drafters/eagle3 --batch-sizes 8,16 \\
-        --out docs/refill/results.json
+        --refill-rows 1,4 --out docs/refill/results.json
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ def load_prompts(n: int) -> list[str]:
     raise SystemExit(f"only {len(out)} prompts in {PROMPT_FILES}")
 
 
-def measure(target, drafter, prompts, budgets, batch_size: int, refill: bool) -> dict:
+def measure(target, drafter, prompts, budgets, batch_size: int, refill: bool, refill_rows: int = 1) -> dict:
     start, mark = time.perf_counter(), cached_count()
     res = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=budgets, batch_size=batch_size,
-                       refill=refill)
+                       refill=refill, refill_rows=refill_rows)
     release(mark)  # XLA:CPU runs out of code memory with a few hundred live executables
     batches = {r.stats.batch: (r.stats.total_time_s, r.stats.batch_steps, r.stats.compile_s) for r in res}
     wall = sum(w for w, _, _ in batches.values())
@@ -49,7 +49,8 @@ def measure(target, drafter, prompts, budgets, batch_size: int, refill: bool) ->
     active = sum(r.stats.target_forwards - 1 for r in res)
     steps = sum(s for _, s, _ in batches.values())
     row_steps = batch_size * steps
-    return {"refill": refill, "batch_size": batch_size, "tokens": tokens, "wall_s": wall,
+    return {"refill": refill, "refill_rows": refill_rows if refill else None, "batch_size": batch_size,
+            "tokens": tokens, "wall_s": wall,
             "tokens_per_s": tokens / wall, "idle_row_step_share": 1 - active / max(row_steps, 1),
             "loop_steps": steps, "batches_or_segments": len(batches),
             "stopped": sum(r.stats.finish_reason == "stop" for r in res),
@@ -57,25 +58,27 @@ def measure(target, drafter, prompts, budgets, batch_size: int, refill: bool) ->
             "outputs": [r.token_ids for r in res]}
 
 
-def run_job(name, target, methods, prompts, budgets, batch_sizes, rows, save) -> None:
+def run_job(name, target, methods, prompts, budgets, batch_sizes, refill_rows, rows, save) -> None:
     for method in methods:
         drafter = cli_method(method, target)
         for b in batch_sizes:
             off = measure(target, drafter, prompts, budgets, b, refill=False)
-            on = measure(target, drafter, prompts, budgets, b, refill=True)
-            same = off.pop("outputs") == on.pop("outputs")
-            for r in (off, on):
+            ons = [measure(target, drafter, prompts, budgets, b, refill=True, refill_rows=k)
+                   for k in refill_rows if k <= b]
+            reference = off.pop("outputs")
+            for r in (off, *ons):
+                same = r.pop("outputs", reference) == reference
                 rows.append({"job": name, "method": method, **r, "same_outputs": same,
                              "speedup_vs_static": r["tokens_per_s"] / off["tokens_per_s"]})
                 print(json.dumps(rows[-1]), flush=True)
-            save(rows)  # after every pair: a crash loses at most one
+            save(rows)  # after every batch size: a crash loses at most one
 
 
 def table(rows) -> str:
-    lines = ["| job | method | batch | refill | tokens/s | vs static | idle row-steps | loop steps | "
+    lines = ["| job | method | batch | refill (rows per return) | tokens/s | vs static | idle row-steps | loop steps | "
              "segments | same outputs |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['job']} | {r['method']} | {r['batch_size']} | {'on' if r['refill'] else 'off'} | "
+        lines.append(f"| {r['job']} | {r['method']} | {r['batch_size']} | {'on (%d)' % r['refill_rows'] if r['refill'] else 'off'} | "
                      f"{r['tokens_per_s']:.0f} | {r['speedup_vs_static']:.2f}x | {r['idle_row_step_share']:.1%} | "
                      f"{r['loop_steps']} | {r['batches_or_segments']} | {r['same_outputs']} |")
     return "\n".join(lines)
@@ -86,6 +89,7 @@ def main() -> None:
     p.add_argument("--target", default="assets/target")
     p.add_argument("--methods", default="ar,assets/drafters/eagle3")
     p.add_argument("--batch-sizes", default="8,16")
+    p.add_argument("--refill-rows", default="1", help="refill variants: rows free before the loop returns")
     p.add_argument("--requests", type=int, default=512)
     p.add_argument("--min-new", type=int, default=16)
     p.add_argument("--max-new", type=int, default=512)
@@ -97,6 +101,7 @@ def main() -> None:
     target = sbj.load_target(a.target)
     methods = a.methods.split(",")
     sizes = [int(x) for x in a.batch_sizes.split(",")]
+    refill_rows = [int(x) for x in a.refill_rows.split(",")]
     prompts = load_prompts(max(a.requests, a.equal_requests))
     budgets = np.random.default_rng(a.seed).integers(a.min_new, a.max_new + 1, a.requests).tolist()
     rows: list[dict] = []
@@ -108,10 +113,11 @@ def main() -> None:
         a.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
         a.out.with_suffix(".md").write_text(table(rows) + "\n")
 
-    run_job(f"spread {a.min_new}-{a.max_new}", target, methods, prompts[:a.requests], budgets, sizes, rows, save)
+    run_job(f"spread {a.min_new}-{a.max_new}", target, methods, prompts[:a.requests], budgets, sizes, refill_rows, rows,
+            save)
     if a.equal_requests:
         run_job(f"equal {a.equal_new}", target, methods, prompts[:a.equal_requests],
-                [a.equal_new] * a.equal_requests, sizes, rows, save)
+                [a.equal_new] * a.equal_requests, sizes, refill_rows, rows, save)
     print(table(rows))
 
 

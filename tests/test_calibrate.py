@@ -8,6 +8,7 @@ import pytest
 
 from conftest import peaked_tiny_target
 from specblock_jax.decoding.calibrate import calibrate, check_grid, default_grid, settings, with_setting
+from specblock_jax.decoding.compiled import cached_count
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.prompt_lookup import PromptLookup
 
@@ -29,8 +30,10 @@ def test_calibrate_picks_the_fastest_dflash_block_size():
     assert default_grid(drafter) == {"block_size": (4,)}  # the defaults above 4 exceed its training
     with pytest.raises(ValueError, match=r"block_size must be in \[2, 4\]"):
         check_grid(drafter, {"block_size": (2, 8)})
+    held = cached_count()
     out = calibrate(target, bundle, [[1, 2, 3], [4, 5, 6, 7]], {"block_size": (2, 4)}, max_new_tokens=10,
                     batch_size=2, verify_timing=False)
+    assert cached_count() == held  # the candidates' executables are released (XLA:CPU code memory)
     assert out["kind"] == "dflash" and [r["block_size"] for r in out["table"]] == [2, 4]
     best = max(out["table"], key=lambda r: r["tokens_per_s"])
     assert out["best"] == {"block_size": best["block_size"]} and out["calibrate_s"] > 0

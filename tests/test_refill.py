@@ -68,6 +68,19 @@ def test_greedy_output_is_identical_with_refill_on_and_off(target, eagle3, stop,
     assert [r.token_ids for r in single] == on[:3]  # what each request gives alone
 
 
+@pytest.mark.parametrize("method", ["ar", "eagle3"])
+def test_refilling_several_rows_at_once_keeps_outputs_and_returns_less_often(target, eagle3, stop, method):
+    """refill_rows=3 (batch 4): the loop returns once 3 rows are free; outputs are unchanged and the
+    job makes fewer returns to the host than refilling every row at once."""
+    drafter = {"ar": None, "eagle3": eagle3}[method]
+    one, res_one = _run(target, drafter, True, stop_tokens=stop)
+    three, res_three = _run(target, drafter, True, stop_tokens=stop, refill_rows=3)
+    assert three == one
+    assert max(r.stats.batch for r in res_three) < max(r.stats.batch for r in res_one)
+    with pytest.raises(ValueError, match="refill_rows must be between 1 and the batch size 4, got 5"):
+        _run(target, drafter, True, refill_rows=5)
+
+
 @pytest.mark.parametrize("method", ["ar", "random_tree"])
 def test_sampled_output_is_identical_with_refill_on_and_off(target, method):
     drafter = None

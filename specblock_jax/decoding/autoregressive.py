@@ -53,12 +53,13 @@ def ar_start(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets
     return ARState(one, pre.first, one, pre.out, pre.done, pre.stopped, pre.cache, budgets, sampling, keys)
 
 
-def ar_run(graphdef, params, stop_ids, state: ARState, waiting) -> ARState:
-    """Decoding steps until every row is done, or, when waiting ([] bool), until some row is."""
+def ar_run(graphdef, params, stop_ids, state: ARState, wake) -> ARState:
+    """Decoding steps until every row is done, or, when wake ([] int32) > 0, until at least `wake`
+    rows are."""
     max_new = state.out.shape[1]
 
     def cond(s: ARState):
-        return ~jnp.all(s.done) & ~(waiting & jnp.any(s.done))
+        return ~jnp.all(s.done) & ~((wake > 0) & (jnp.sum(s.done) >= wake))
 
     def body(s: ARState) -> ARState:
         nxt, cache, generated, out, done, stopped = ar_step(
@@ -81,4 +82,4 @@ def ar_loop(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets,
     cache_len (>= P + max_new), max_new. Returns a `LoopOutput` with tokens [B, max_new]."""
     state = ar_start(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling, stop_ids,
                      keys)
-    return ar_output(ar_run(graphdef, params, stop_ids, state, jnp.bool_(False)))
+    return ar_output(ar_run(graphdef, params, stop_ids, state, jnp.int32(0)))

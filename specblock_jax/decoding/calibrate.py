@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.generate import generate
 from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
 from specblock_jax.models.kv_cache import init_cache
@@ -118,8 +119,9 @@ def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Se
     tokens_per_s: new tokens / decode-loop wall time over the prompts (compilation excluded), at
     `batch_size` and `temperature`; the best setting has the highest. tau: mean over prompts.
     draft_ms_per_token (with draft_timing; each setting's propose and update are then compiled and
-    timed apart too): estimated drafting time (propose + update) per new token. The result is
-    JSON data; `with_setting(bundle, result["best"])` gives the calibrated drafter."""
+    timed apart too): estimated drafting time (propose + update) per new token. The candidates'
+    executables are released once measured (the chosen setting compiles again where it is used).
+    The result is JSON data; `with_setting(bundle, result["best"])` gives the calibrated drafter."""
     start = time.perf_counter()
     spec = resolve_drafter(bundle)
     if spec is None:
@@ -129,8 +131,10 @@ def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Se
     table = []
     for setting in settings(grid):
         candidate = (dataclasses.replace(drafter, **setting), params)
+        mark = cached_count()
         res = generate(target, prompts, drafter=candidate, max_new_tokens=max_new_tokens, batch_size=batch_size,
                        temperature=temperature, seed=seed, profile="draft" if draft_timing else "off")
+        release(mark)  # a candidate's executables are one-off: XLA:CPU runs out of code memory otherwise
         walls = {r.stats.batch: r.stats.total_time_s for r in res}  # one loop wall time per batch
         drafts = {r.stats.batch: r.stats.batch_draft_time_s or 0.0 for r in res}
         tokens = sum(len(r.token_ids) for r in res)

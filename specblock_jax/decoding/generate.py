@@ -103,6 +103,7 @@ def generate(
     on_batch: Callable[[list[GenerationResult]], None] | None = None,
     profile: str = "off",
     refill: bool | None = None,
+    refill_rows: int = 1,
     key_index: Sequence[int] | None = None,
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
@@ -142,6 +143,9 @@ def generate(
     unchanged. Default: on for jobs larger than one batch, off under a mesh (where it is not
     supported yet). With refill, a result's `stats.batch` numbers the loop's returns to the host
     (segments) and `total_time_s` is the wall time of the segment it finished in.
+    refill_rows: with refill, the loop returns to the host once this many rows are free (while
+    requests wait); 1 (default) refills every finished row at once, more means fewer returns and
+    larger inserts for some idle row-steps (docs/continuous_batching.md measures both).
     """
     if isinstance(drafter, AutoServe):
         if key_index is not None:
@@ -149,7 +153,9 @@ def generate(
         return _generate_auto(target, prompts, drafter, temperature=temperature, top_k=top_k, top_p=top_p,
                               max_new_tokens=max_new_tokens, seed=seed, stop_tokens=stop_tokens,
                               batch_size=batch_size, max_cache_len=max_cache_len, mesh=mesh, adapter=adapter,
-                              on_batch=on_batch, profile=profile, refill=refill)
+                              on_batch=on_batch, profile=profile, refill=refill, refill_rows=refill_rows)
+    if refill_rows < 1:
+        raise ValueError(f"refill_rows must be >= 1, got {refill_rows}")
     spec = resolve_drafter(drafter)
     if profile not in ("off", "draft", "all"):
         raise ValueError(f"profile must be 'off', 'draft' or 'all', got {profile!r}")
@@ -176,7 +182,8 @@ def generate(
         return generate_routed(generate, target, ids, spec, temps=temps, budget=budget, key_ids=key_ids,
                                batch_size=batch_size or max(1, min(8, len(ids))), bucket=length_bucket,
                                on_batch=on_batch, top_k=top_k, top_p=top_p, seed=seed, stop_tokens=stop_tokens,
-                               max_cache_len=max_cache_len, profile=profile, refill=refill)
+                               max_cache_len=max_cache_len, profile=profile, refill=refill,
+                               refill_rows=refill_rows)
     stops = stop_token_ids(target, stop_tokens)
     stop_arr = jnp.asarray(stops + [-1] * (MAX_STOP_TOKENS - len(stops)), jnp.int32)
     base_key = jax.random.key(seed)
@@ -203,7 +210,7 @@ def generate(
         if mesh is not None:
             raise ValueError("refill: continuous batching does not run under a mesh yet; pass refill=False")
         _generate_stream(target, spec, ids, budget, temps, key_ids, top_k, top_p, bsz, max_new, stop_arr,
-                         base_key, adapter, on_batch, profile, results)
+                         base_key, adapter, on_batch, profile, results, refill_rows)
         return results  # type: ignore[return-value]
     num_batches = -(-len(order) // bsz) if bsz else 0
     if layout is not None:
@@ -319,7 +326,7 @@ def _profile(target, spec, adapter, profile, inputs, max_new, cache_len, greedy)
 
 
 def _generate_stream(target, spec, ids, budget, temps, key_ids, top_k, top_p, bsz, max_new, stop_arr,
-                     base_key, adapter, on_batch, profile, results) -> None:
+                     base_key, adapter, on_batch, profile, results, refill_rows) -> None:
     """`generate` with continuous batching: fills `results`."""
     d, dparams = spec if spec is not None else (None, ())
     bucket = length_bucket(max(len(t) for t in ids))
@@ -328,7 +335,7 @@ def _generate_stream(target, spec, ids, budget, temps, key_ids, top_k, top_p, bs
     order = sorted(range(len(ids)), key=lambda i: (-budget[i], len(ids[i])))  # longest budget first
     stream = Stream(target, target.params, d, dparams, batch_size=bsz, prompt_bucket=bucket, max_new=max_new,
                     cache_len=cache_len, greedy=greedy, collect=adapter is not None, top_k=top_k, top_p=top_p,
-                    stop_ids=stop_arr, base_key=base_key, bucket=length_bucket)
+                    stop_ids=stop_arr, base_key=base_key, bucket=length_bucket, wake_rows=refill_rows)
     requests = [Request(i, ids[i], budget[i], temps[i], key_ids[i]) for i in order]
     first = requests[:bsz]
     tokens, lengths, budgets, sampling, keys = stream.inputs(first, bsz)

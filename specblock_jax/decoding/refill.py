@@ -2,7 +2,8 @@
 other rows keep decoding.
 
 A job runs as one stream of B rows. The jitted loop (`spec_run` / `ar_run`) returns to the host as
-soon as some row is done while requests wait; the host reads the finished rows' outputs, prefills
+soon as `wake_rows` rows are done while requests wait (1 by default: every finished row is refilled
+at once; more trades idle row-steps for fewer returns and larger inserts); the host reads the finished rows' outputs, prefills
 the next requests for those rows only (`insert_rows`: a prefill of R rows, R a power of two, its
 K/V and drafter state scattered into the freed rows), and resumes the loop. Shapes are static: one
 compiled loop per stream, one insert per (R, prompt bucket). Every row carries its own position,
@@ -62,11 +63,11 @@ def start_rows(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, p
                       tokens, lengths, budgets, sampling, stop_ids, keys)
 
 
-def run_rows(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state, waiting):
-    """Decoding steps until all rows are done, or some row is while `waiting` ([] bool)."""
+def run_rows(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state, wake):
+    """Decoding steps until all rows are done, or, when wake ([] int32) > 0, `wake` rows are."""
     if drafter is None:
-        return ar_run(graphdef, params, stop_ids, state, waiting)
-    return spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state, waiting)
+        return ar_run(graphdef, params, stop_ids, state, wake)
+    return spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state, wake)
 
 
 def insert_rows(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
@@ -125,12 +126,14 @@ class Stream:
 
     def __init__(self, target, params, drafter, drafter_params, *, batch_size: int, prompt_bucket: int,
                  max_new: int, cache_len: int, greedy: bool, collect: bool, top_k: int, top_p: float,
-                 stop_ids: jax.Array, base_key: jax.Array, bucket: Callable[[int], int]):
+                 stop_ids: jax.Array, base_key: jax.Array, bucket: Callable[[int], int], wake_rows: int = 1):
+        if not 1 <= wake_rows <= batch_size:
+            raise ValueError(f"refill_rows must be between 1 and the batch size {batch_size}, got {wake_rows}")
         self.target, self.params, self.drafter, self.drafter_params = target, params, drafter, drafter_params
         self.b, self.max_new, self.cache_len = batch_size, max_new, cache_len
         self.prompt_bucket, self.bucket = prompt_bucket, bucket
         self.greedy, self.collect, self.top_k, self.top_p = greedy, collect, top_k, top_p
-        self.stop_ids, self.base_key = stop_ids, base_key
+        self.stop_ids, self.base_key, self.wake_rows = stop_ids, base_key, wake_rows
         n = 0 if drafter is None else drafter.num_nodes
         self.hist_size = prompt_bucket + max_new + n
         self.segments = 0
@@ -165,7 +168,8 @@ class Stream:
         holder[:len(take)] = take
         while any(h is not None for h in holder):
             steps_before = np.asarray(state.step)
-            args = (self.params, self._dparams(adapter), self.stop_ids, state, jnp.bool_(bool(queue)))
+            wake = min(self.wake_rows, len(queue))  # 0 once the queue is empty: run every row to its end
+            args = (self.params, self._dparams(adapter), self.stop_ids, state, jnp.int32(wake))
             exe, seconds = compiled(run_rows, run_static, *args, donate_argnums=(3,))
             compile_s += seconds
             state = exe(*args)

@@ -134,16 +134,16 @@ def spec_start(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, p
 
 
 def spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state: SpecState,
-             waiting) -> SpecState:
-    """Decoding steps until every row is done, or, when waiting ([] bool: requests wait for a free
-    row), until some row is done. Static: graphdef, cfg, drafter, greedy (all temperatures are
-    0), collect."""
+             wake) -> SpecState:
+    """Decoding steps until every row is done, or, when wake ([] int32) > 0, until at least `wake`
+    rows are (continuous batching: requests wait for free rows). Static: graphdef, cfg, drafter,
+    greedy (all temperatures are 0), collect."""
     b, n = state.out.shape[0], drafter.num_nodes
     hidden_ids = tuple(drafter.hidden_ids)
     hist_size = state.history.shape[1]
 
     def cond(s: SpecState):
-        return ~jnp.all(s.done) & ~(waiting & jnp.any(s.done))
+        return ~jnp.all(s.done) & ~((wake > 0) & (jnp.sum(s.done) >= wake))
 
     def body(s: SpecState) -> SpecState:
         active = ~s.done
@@ -191,4 +191,4 @@ def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, param
     state = spec_start(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
                        tokens, lengths, budgets, sampling, stop_ids, keys)
     return spec_output(spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids,
-                                state, jnp.bool_(False)))
+                                state, jnp.int32(0)))
