@@ -78,7 +78,8 @@ def table(rows) -> str:
     lines = ["| job | method | batch | refill (rows per return) | tokens/s | vs static | idle row-steps | loop steps | "
              "segments | same outputs |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['job']} | {r['method']} | {r['batch_size']} | {'on (%d)' % r['refill_rows'] if r['refill'] else 'off'} | "
+        mode = f"on ({r['refill_rows']})" if r["refill"] else "off"
+        lines.append(f"| {r['job']} | {r['method']} | {r['batch_size']} | {mode} | "
                      f"{r['tokens_per_s']:.0f} | {r['speedup_vs_static']:.2f}x | {r['idle_row_step_share']:.1%} | "
                      f"{r['loop_steps']} | {r['batches_or_segments']} | {r['same_outputs']} |")
     return "\n".join(lines)

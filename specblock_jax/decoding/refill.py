@@ -3,12 +3,13 @@ other rows keep decoding.
 
 A job runs as one stream of B rows. The jitted loop (`spec_run` / `ar_run`) returns to the host as
 soon as `wake_rows` rows are done while requests wait (1 by default: every finished row is refilled
-at once; more trades idle row-steps for fewer returns and larger inserts); the host reads the finished rows' outputs, prefills
-the next requests for those rows only (`insert_rows`: a prefill of R rows, R a power of two, its
-K/V and drafter state scattered into the freed rows), and resumes the loop. Shapes are static: one
-compiled loop per stream, one insert per (R, prompt bucket). Every row carries its own position,
-budget, sampling settings, PRNG key and step counter, so a request's output is what it would be
-decoded alone: greedy identical, sampled identical for a given seed, whatever the batching.
+at once; more trades idle row-steps for fewer returns and larger inserts); the host reads the
+finished rows' outputs, prefills the next requests for those rows only (`insert_rows`: a prefill
+of R rows, R a power of two, its K/V and drafter state scattered into the freed rows), and
+resumes the loop. Shapes are static: one compiled loop per stream, one insert per (R, prompt
+bucket). Every row carries its own position, budget, sampling settings, PRNG key and step
+counter, so a request's output is what it would be decoded alone: greedy identical, sampled
+identical for a given seed, whatever the batching.
 
 The rule drafters follow for this (drafters/base.py): every leaf of a drafter's state is per row,
 batch on axis 0, and its other dimensions depend on the static `max_len` only, never on the prompt.
