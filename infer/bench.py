@@ -208,11 +208,14 @@ def prepare_method(target, prompts, method, temperature, batch_size, args) -> di
 
 
 def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, start: int = 0,
-                   results: list | None = None, note: str = "") -> list:
+                   results: list | None = None, note: str = "", later: int = 0) -> list:
     """Decodes `prompts` (positions start.. of the whole prompt list: their key streams are those
     of the whole job) with a prepared method and appends the results to `results`, their batch
-    indices continuing after the batches already there."""
+    indices continuing after the batches already there. `later`: prompts the job decodes after
+    these (an adapter's controller counts their budget as work still to come)."""
     results = [] if results is None else results
+    if prep["adapter"] is not None:
+        prep["adapter"].extra_budget = later * args.max_new_tokens
     offset = 1 + max((r.stats.batch for r in results), default=-1)
     label = f"T={temperature:g} b={batch_size} {method_label(prep['method'])}{note}"
     keys = None if isinstance(prep["drafter"], sbj.decoding.AutoServe) else range(start, start + len(prompts))
@@ -255,7 +258,7 @@ def run_rounds(target, prompts, methods, temperature, batch_size, args) -> list[
             continue
         for prep, res in zip(preps, results):
             decode_prompts(target, prep, prompts[a:b], temperature, batch_size, args, start=int(a),
-                           results=res, note=f" [round {k + 1}/{args.rounds}]")
+                           results=res, note=f" [round {k + 1}/{args.rounds}]", later=len(prompts) - int(b))
     return [summarise(p, r, temperature, batch_size) for p, r in zip(preps, results)]
 
 
@@ -327,6 +330,8 @@ def replot(out_dir: Path) -> None:
     plot(rows, out_dir / "speedup.png")
     if any(r.get("adapt") for r in rows):
         plot_adaptation(rows, out_dir / "adapt_tau.png")
+    if any(r.get("auto_events") for r in rows):
+        plot_auto(rows, out_dir / "auto_decisions.png")
 
 
 def table(rows: list[dict]) -> str:
@@ -421,6 +426,36 @@ def plot_adaptation(rows: list[dict], path: Path, window: int = 8) -> None:
                         transform=ax.get_xaxis_transform())
         ax.set_title(f"tau per batch, moving average of {window} (T={t:g}, batch {b})")
         ax.set_xlabel("batch (decoding order; ticks: updates)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def plot_auto(rows: list[dict], path: Path) -> None:
+    """What served each chunk of every `auto:` run, over the job: one panel per (temperature, batch
+    size), one step line per run (target-only at the bottom, then the drafter's budgets in rising
+    order), x = requests decoded before the chunk; explored chunks drawn as open circles."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(r["temperature"], r["batch_size"]) for r in rows if r.get("auto_events")})
+    fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), 3.5), squeeze=False)
+    for ax, (t, b) in zip(axes[0], groups):
+        runs = [r for r in rows if (r["temperature"], r["batch_size"]) == (t, b) and r.get("auto_events")]
+        names = ["ar"] + sorted({str(e["option"]) for r in runs for e in r["auto_events"] if e["option"] != "ar"},
+                                key=int)
+        for n, r in enumerate(runs):
+            ev = r["auto_events"]
+            x = np.cumsum([0] + [e["requests"] for e in ev[:-1]])
+            y = np.asarray([names.index(str(e["option"])) for e in ev]) + 0.08 * n
+            line, = ax.step(x, y, where="post", label=method_label(r["method"]))
+            explore = np.asarray([e["why"] == "explore" for e in ev])
+            ax.plot(x[explore], y[explore], "o", mfc="none", color=line.get_color(), ms=5)
+        ax.set_yticks(range(len(names)), ["target-only"] + [f"budget {v}" for v in names[1:]])
+        ax.set_title(f"auto: what served each chunk (T={t:g}, batch {b})")
+        ax.set_xlabel("requests decoded before the chunk (open circles: exploration)")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -6,7 +6,8 @@ one evaluation by exact replay (`eval_rows` rows); then times on the same buffer
 replay against the old 2-step tau proxy (the objective's), and one optimizer step, each warm
 (compilation excluded). Run alone (nothing else on the CPU):
 
-    .venv/bin/python scripts/adapt_round_profile.py [--prompts N] [--out docs/adapt_round_profile.json]
+    .venv/bin/python scripts/adapt_round_profile.py [--drafter DIR] [--prompt-file F] [--prompts N]
+        [--settings train_window=64] [--out docs/adapt_round_profile.json]
 """
 
 from __future__ import annotations
@@ -41,16 +42,18 @@ def timed(fn, *args, repeat: int = 3) -> float:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--prompts", type=int, default=24)
+    p.add_argument("--prompt-file", type=Path, default=Path("assets/prompts/humaneval.jsonl"))
     p.add_argument("--drafter", default="assets/drafters/eagle3")
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--settings", default="", help="AdaptConfig keys, e.g. train_window=64,steps=4")
     p.add_argument("--out", type=Path, default=None)
     args = p.parse_args()
     target = sbj.load_target("assets/target")
     drafter = sbj.load_drafter(args.drafter, target)
-    records, _ = read_prompts(Path("assets/prompts/humaneval.jsonl"))
+    records, _ = read_prompts(args.prompt_file)
     prompts = [r["prompt"] for r in records[: args.prompts]]
-    ad = Adapter(*drafter, AdaptConfig(cost_scale=0.0))
+    ad = Adapter(*drafter, AdaptConfig.parse(",".join(filter(None, ["cost_scale=0", args.settings]))))
     t0 = time.perf_counter()
     res = sbj.generate(target, prompts, drafter=drafter, adapter=ad, max_new_tokens=args.max_new_tokens,
                        batch_size=args.batch_size, refill=False)
@@ -69,7 +72,7 @@ def main() -> None:
     out = {
         "drafter": args.drafter, "prompts": len(prompts), "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens, "config": {k: getattr(c, k) for k in (
-            "steps", "batch_rows", "eval_rows", "window", "capacity", "depth", "subset")},
+            "steps", "batch_rows", "eval_rows", "window", "train_window", "capacity", "depth", "subset")},
         "trainable_params": ad.num_trainable, "job_wall_s": wall,
         "decode_s_per_batch": med("decode_s"), "adapt_s_per_batch": med("adapt_s"),
         "update_round_s": med("update_s"), "eval_s": med("eval_s"),

@@ -14,6 +14,7 @@ import pytest
 
 import specblock_jax as sbj
 from specblock_jax.adaptation import AdaptConfig, Adapter, CostAwareController
+from specblock_jax.adaptation.adapter import crop_rows
 from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.decoding.compiled import compilation_count
 from specblock_jax.drafters.blockpilot import BlockPilotDrafter, PolicyConfig, init_policy
@@ -186,6 +187,50 @@ def test_updates_reduce_the_loss_on_buffered_rows(target, eagle3, prompts):
     for _ in range(3):
         ad.trainable, ad.opt_state, _, _ = ad._update()  # a whole round of `steps`
     assert loss(ad.params) < 0.8 * first
+
+
+def test_training_crops_cover_the_generated_positions_and_drop_the_last_label():
+    w, n = 12, 4
+    tok = jnp.arange(w, dtype=jnp.int32)[None].repeat(3, 0) + 100 * jnp.arange(3)[:, None]
+    fea = tok[:, :, None, None].astype(jnp.float32)
+    valid = jnp.asarray([[1] * 12, [1] * 9 + [0] * 3, [1] * 3 + [0] * 9], jnp.int32)
+    # scored: row 0 positions 6-10, row 1 positions 2-3, row 2 nothing
+    mask = jnp.zeros((3, w), jnp.int32).at[0, 6:11].set(1).at[1, 2:4].set(1)
+    starts = set()
+    for seed in range(40):
+        t, f, v, m = crop_rows(tok, fea, valid, mask, n, jax.random.key(seed))
+        assert t.shape == (3, n) and f.shape == (3, n, 1, 1)
+        s = np.asarray(t[:, 0]) - 100 * np.arange(3)  # each row's crop start
+        assert np.array_equal(np.asarray(t) - 100 * np.arange(3)[:, None], s[:, None] + np.arange(n))
+        assert np.array_equal(np.asarray(f[:, :, 0, 0]), np.asarray(t))  # features move with tokens
+        assert np.array_equal(np.asarray(v), np.asarray(valid)[np.arange(3)[:, None], s[:, None] + np.arange(n)])
+        # starts within [first - n // 4, last + 2 - n]: row 0 [5, 8], row 1 [1, 1]; row 2 (nothing scored) 0
+        assert 5 <= s[0] <= 8 and s[1] == 1 and s[2] == 0
+        expect = np.asarray(mask)[np.arange(3)[:, None], s[:, None] + np.arange(n)]
+        expect[:, -1] = 0  # the crop's last label lies outside it
+        assert np.array_equal(np.asarray(m), expect)
+        starts.add(int(s[0]))
+    assert starts == {5, 6, 7, 8}  # every allowed start is drawn
+
+
+def test_cropped_updates_reduce_the_loss_and_cost_one_compilation(target, eagle3, prompts):
+    ad = _adapter(eagle3, cost_scale=math.inf, learning_rate=3e-3, steps=10, train_window=16)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=4, adapter=ad)
+    rows = ad.buffer.rows(list(range(ad.buffer.size)))
+
+    def loss(params):
+        return float(ad.objective(ad.drafter, params, rows["hidden"], rows["tokens"], rows["loss_mask"],
+                                  rows["valid"], jax.random.key(0), 0)[0])
+
+    first = loss(ad.params)
+    ad.trainable, ad.opt_state, _, _ = ad._update()
+    before = compilation_count()
+    for _ in range(2):
+        ad.trainable, ad.opt_state, _, _ = ad._update()
+    assert compilation_count() == before  # the cropped round compiled once
+    assert loss(ad.params) < 0.8 * first  # scored on the whole rows, trained on crops
+    with pytest.raises(ValueError, match="train_window"):
+        AdaptConfig(train_window=1)
 
 
 def test_an_update_that_hurts_is_rolled_back(target, eagle3, prompts, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 
@@ -152,3 +153,36 @@ def test_rounds_interleave_the_methods_without_changing_any_output(tiny_ckpt, tm
         assert (tmp_path / "one" / name).read_text() == (tmp_path / "three" / name).read_text()
     with pytest.raises(SystemExit, match="--rounds must be >= 1"):
         bench.main([*common, "--out-dir", str(tmp_path / "x"), "--rounds", "0"])
+
+
+def test_auto_decisions_plot_draws_every_auto_run(tmp_path):
+    def events(options):
+        return [{"chunk": i, "option": o, "why": "explore" if i < 3 else "fastest", "requests": 2}
+                for i, o in enumerate(options)]
+
+    rows = [{"method": "ar", "temperature": 0.0, "batch_size": 1},
+            {"method": "auto:x/eagle3", "temperature": 0.0, "batch_size": 1,
+             "auto_events": events(["ar", 8, 16, 8, 8, "ar"])},
+            {"method": "auto:x/dflash", "temperature": 1.0, "batch_size": 1,
+             "auto_events": events(["ar", 4, 8, "ar"])}]
+    bench.plot_auto(rows, tmp_path / "auto.png")
+    assert (tmp_path / "auto.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rounds_tell_the_adapter_the_budget_of_later_rounds(monkeypatch):
+    class FakeAdapter:
+        extra_budget = 0
+
+    seen = []
+
+    def fake_generate(target, prompts, adapter=None, **kw):
+        seen.append((len(prompts), adapter.extra_budget))
+        return []
+
+    monkeypatch.setattr(bench.sbj, "generate", fake_generate)
+    monkeypatch.setattr(bench, "prepare_method", lambda *a: {"method": "m", "drafter": None, "adapter": FakeAdapter(),
+                                                             "calibration": None})
+    monkeypatch.setattr(bench, "summarise", lambda *a: {})
+    args = argparse.Namespace(rounds=3, max_new_tokens=10, seed=0, no_refill=False)
+    bench.run_rounds(None, list(range(9)), ["m"], 0.0, 1, args)
+    assert seen == [(3, 60), (3, 30), (3, 0)]  # the remaining prompts' budgets, round by round

@@ -57,11 +57,20 @@ class AdaptConfig:
     eval_rows: int = 8  # fresh rows scoring old vs new parameters
     capacity: int = 64  # replay buffer rows
     window: int = 256  # positions kept per row (the last ones)
+    # positions per training row (0 = the whole window): each optimizer step trains on a random crop
+    # of this many positions of every drawn row, placed over its generated tokens; the main lever
+    # on an update's cost for SpecBlock, whose training attention grows with the square of it
+    train_window: int = 0
     min_rows: int = 4  # buffer rows before the first update
     cost_scale: float = 1.0  # update iff predicted saving > cost_scale * measured cost
     prior_gain: float = 0.1  # relative tau gain assumed of a first update (exploration)
     rollback: bool = True  # undo an update that lowered the replayed tau on fresh rows
     seed: int = 0
+
+    def __post_init__(self):
+        if self.train_window < 0 or self.train_window == 1:
+            raise ValueError(f"adapt setting train_window={self.train_window}: use 0 (the whole window) "
+                             "or at least 2 positions")
 
     @classmethod
     def parse(cls, text: str) -> "AdaptConfig":
@@ -97,14 +106,35 @@ def _part(params, prefix: tuple) -> Any:
     return params
 
 
-def _update_round(objective, drafter, tx, paths, prefix, rows, depth, trainable, fixed, opt_state, data,
-                  size, steps, key):
-    """`steps` (traced) optimizer steps, each on `rows` rows drawn uniformly from the filled buffer."""
+def crop_rows(tok, fea, valid, mask, length: int, key):
+    """Random crops of `length` positions of buffer rows (tok/valid/mask [B, W], fea [B, W, n, H]),
+    each over its row's scored positions: it starts at most a quarter crop before the first scored
+    position and, where the row allows, ends at or after the last one. The crop's last position is
+    unscored (its label, the next token, lies outside the crop)."""
+    w = tok.shape[1]
+    pos = jnp.arange(w)[None, :]
+    scored = mask > 0
+    first = jnp.min(jnp.where(scored, pos, w), axis=1)
+    last = jnp.max(jnp.where(scored, pos, -1), axis=1)
+    hi = jnp.clip(last + 2 - length, 0, w - length)  # the crop ends after the label of `last`
+    lo = jnp.clip(first - length // 4, 0, hi)
+    start = lo + jax.random.randint(key, lo.shape, 0, jnp.iinfo(jnp.int32).max) % (hi - lo + 1)
+    take = lambda x: jax.vmap(lambda r, s: jax.lax.dynamic_slice_in_dim(r, s, length))(x, start)  # noqa: E731
+    tok, fea, valid, mask = take(tok), take(fea), take(valid), take(mask)
+    return tok, fea, valid, mask.at[:, -1].set(0)
+
+
+def _update_round(objective, drafter, tx, paths, prefix, rows, depth, crop, trainable, fixed, opt_state,
+                  data, size, steps, key):
+    """`steps` (traced) optimizer steps, each on `rows` rows drawn uniformly from the filled buffer
+    (cropped to `crop` positions when `crop` is less than the buffer's window)."""
     def one(i, carry):
         trainable, opt_state, _ = carry
         k = jax.random.fold_in(key, i)
         idx = jax.random.randint(k, (rows,), 0, size)
         tok, fea, valid, mask = (d[idx] for d in data)
+        if crop < tok.shape[1]:
+            tok, fea, valid, mask = crop_rows(tok, fea, valid, mask, crop, jax.random.fold_in(k, 2))
 
         def loss(tr):
             return objective(drafter, _part(_merge(fixed, tr, paths), prefix), fea, tok, mask, valid,
@@ -195,7 +225,8 @@ class Adapter:
 
     def _update(self, steps: int | None = None):
         c = self.config
-        static = (self.objective, self.inner, self.tx, self.paths, self.prefix, c.batch_rows, c.depth)
+        crop = c.train_window if 0 < c.train_window < c.window else c.window
+        static = (self.objective, self.inner, self.tx, self.paths, self.prefix, c.batch_rows, c.depth, crop)
         args = (self.trainable, self.fixed, self.opt_state, self.buffer.data,
                 jnp.int32(self.buffer.size), jnp.int32(c.steps if steps is None else steps),
                 self._next_key())
