@@ -14,22 +14,50 @@ from test_speculative import V, _chi_square_pvalue, _exact_pair_distribution, sa
 from test_speculative import small_vocab_target  # noqa: F401 (a fixture)
 
 
-def test_the_choice_explores_every_option_then_serves_the_fastest_and_rechecks():
+def _serve(auto, speed, chunks, regime="greedy"):
+    """Runs `chunks` choices with chunk speeds speed(option, chunk index); returns (option, why)s."""
+    picks = []
+    for n in range(chunks):
+        option, why = auto.choose(regime)
+        picks.append((option, why))
+        auto.record(regime, option, why, requests=4, tokens=int(speed(option, n)), seconds=1.0, compile_s=0.0)
+    return picks
+
+
+def test_the_choice_explores_every_option_then_serves_the_fastest_and_rechecks_less_and_less():
     auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3)
     assert auto.options == ["ar", 4, 8]  # prompt lookup's own budget (8 nodes) and 4
-    picks = []
-    speed = {"ar": 100.0, 4: 300.0, 8: 200.0}
-    for _ in range(10):
-        option, why = auto.choose("greedy")
-        picks.append((option, why))
-        auto.record("greedy", option, why, requests=4, tokens=int(speed[option]), seconds=1.0, compile_s=0.0)
+    picks = _serve(auto, lambda o, n: {"ar": 100.0, 4: 300.0, 8: 200.0}[o], 70)
     assert picks[:3] == [("ar", "explore"), (4, "explore"), (8, "explore")]
-    assert [p for p, _ in picks[3:]] == [4, 4, "ar", 4, 4, 8, 4]  # every 3rd after exploring: the stalest other
-    assert [w for _, w in picks[3:]] == ["best", "best", "recheck", "best", "best", "recheck", "best"]
+    rechecks = [(n, o) for n, (o, why) in enumerate(picks) if why == "recheck"]
+    # ar, overtaken by 4 at chunk 1, is re-checked 3 chunks later; then each slower option (below
+    # 0.8x the fastest) waits 4x longer after every measurement: 12, then 48 chunks
+    assert rechecks == [(5, "ar"), (15, 8), (18, "ar"), (64, 8), (67, "ar")]
+    assert all(o == 4 and why == "best" for n, (o, why) in enumerate(picks[3:], 3) if n not in dict(rechecks))
     assert auto.choose("sampled") == ("ar", "explore")  # regimes are measured apart
-    assert auto.summary()["greedy"]["chunks"] == {"ar": 2, "4": 6, "8": 2}
+    assert auto.summary()["greedy"]["chunks"] == {"ar": 4, "4": 63, "8": 3}
+    # an option within 0.8x of the fastest waits only twice as long each time: 6, 12, 24 chunks
+    close = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3)
+    picks = _serve(close, lambda o, n: {"ar": 100.0, 4: 300.0, 8: 250.0}[o], 50)
+    assert [n for n, (o, why) in enumerate(picks) if o == 8 and why == "recheck"] == [9, 22, 47]
     with pytest.raises(ValueError, match="no tree budget"):
         AutoServe((RandomTreeDrafter(6, V), ()), budgets=(4,))
+    with pytest.raises(ValueError, match="slow"):
+        AutoServe("prompt_lookup", slow=0.0)
+
+
+def test_the_choice_follows_a_speed_change_found_by_a_recheck_and_pools_recent_chunks():
+    auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3, window=2)
+    # target-only becomes the fastest from chunk 10 on: its re-check at chunk 18 finds it, and it
+    # serves from then on; 4, overtaken, is re-checked 3 chunks later and loses again
+    speed = lambda o, n: {"ar": 100.0 if n < 10 else 900.0, 4: 300.0, 8: 200.0}[o]  # noqa: E731
+    picks = _serve(auto, speed, 30)
+    assert picks[18] == ("ar", "recheck") and picks[19:22] == [("ar", "best")] * 3
+    assert picks[22] == (4, "recheck") and all(p == ("ar", "best") for p in picks[23:30])
+    # the speed pools the last `window` chunks: tokens over seconds
+    auto.record("greedy", 8, "recheck", 4, 100, 2.0, 0.0)
+    auto.record("greedy", 8, "recheck", 4, 500, 3.0, 0.0)
+    assert auto.speed("greedy", 8) == 600 / 5.0
 
 
 def test_auto_greedy_output_is_target_only_and_every_chunk_is_logged(small_vocab_target):

@@ -10,9 +10,15 @@ DFlash; a kind without one, e.g. BlockPilot, is the single option "spec"). `gene
 and sampled requests apart (a temperature regime each: speculation pays very differently in the
 two). Each chunk runs with one option, chosen by `choose`:
   1. every option once, target-only first (exploration);
-  2. then the option with the best median tokens/s over its last three chunks;
-  3. every `recheck_every`-th chunk after that, the option measured longest ago (speeds drift
-     with the prompts, and an option's first chunk may have been unlucky).
+  2. then the fastest option: the best tokens/s pooled over its last `window` chunks (their new
+     tokens over their seconds: steadier than a median of a few small chunks, whose speed varies
+     with their prompts);
+  3. re-checks, because speeds drift with the prompts and an option's first chunks may have been
+     unlucky: each slower option is measured again once it is due. After each measurement that
+     finds it slower, its wait grows: `recheck_every` chunks after the first, then twice as long
+     each time, or four times when it ran below `slow` x the fastest's speed, so an option that
+     clearly loses costs a few chunks per job rather than one in every `recheck_every`. An option
+     that measures fastest becomes the one served and its wait starts over.
 tokens/s = new tokens / decode-loop wall time of the chunk, compilation excluded; a chunk's
 measurement therefore includes its prefills, refills and drafting. Every option is lossless, so
 the outputs are the target's whichever is chosen: greedy outputs are token-identical to target-only
@@ -23,7 +29,6 @@ and the chunk, as they do on the method).
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from typing import Any
 
 from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
@@ -44,11 +49,14 @@ class AutoServe:
     budgets: tuple[int, ...] | None = ()
     chunk: int = 0
     recheck_every: int = 6
+    window: int = 6  # chunks pooled into an option's speed
+    slow: float = 0.8  # below this fraction of the fastest's speed, an option's wait grows 4x (else 2x)
     events: list[dict] = dataclasses.field(default_factory=list)
-    speeds: dict[tuple[str, Any], list[float]] = dataclasses.field(default_factory=dict)
-    last_seen: dict[tuple[str, Any], int] = dataclasses.field(default_factory=dict)
+    # per (regime, option): (tokens, seconds) of every chunk it served
+    runs: dict[tuple[str, Any], list[tuple[int, float]]] = dataclasses.field(default_factory=dict)
+    wait: dict[tuple[str, Any], int] = dataclasses.field(default_factory=dict)  # chunks until its next re-check
+    due: dict[tuple[str, Any], int] = dataclasses.field(default_factory=dict)  # chunk index of that re-check
     chunks: dict[str, int] = dataclasses.field(default_factory=dict)  # per regime, chunks served
-    explored: dict[str, int] = dataclasses.field(default_factory=dict)  # per regime, chunk exploration ended
 
     def __post_init__(self):
         d, params = resolve_drafter(self.drafter)
@@ -61,8 +69,9 @@ class AutoServe:
         if self.budgets is None:
             self.budgets = (max(2, own // 2),) if knob else ()
         self.options = ["ar", *sorted({own, *map(int, self.budgets)})] if knob else ["ar", "spec"]
-        if self.recheck_every < 2:
-            raise ValueError(f"auto: recheck_every must be >= 2, got {self.recheck_every}")
+        if self.recheck_every < 2 or self.window < 1 or not 0 < self.slow <= 1:
+            raise ValueError(f"auto: need recheck_every >= 2, window >= 1 and 0 < slow <= 1, got "
+                             f"{self.recheck_every}, {self.window}, {self.slow}")
 
     def drafter_for(self, option) -> Any:
         """What `generate` takes as `drafter` for an option: None for "ar", else the drafter at
@@ -74,35 +83,59 @@ class AutoServe:
             d = dataclasses.replace(d, **{self.knob: option})
         return d, params
 
-    def median_speed(self, regime: str, option) -> float | None:
-        runs = self.speeds.get((regime, option))
-        return statistics.median(runs[-3:]) if runs else None
+    def speed(self, regime: str, option) -> float | None:
+        """Tokens/s pooled over the option's last `window` chunks (None: never measured)."""
+        runs = self.runs.get((regime, option), [])[-self.window:]
+        seconds = sum(s for _, s in runs)
+        return sum(t for t, _ in runs) / seconds if seconds > 0 else (0.0 if runs else None)
+
+    def fastest(self, regime: str):
+        """The measured option with the best pooled speed (None before any measurement)."""
+        measured = [o for o in self.options if (regime, o) in self.runs]
+        return max(measured, key=lambda o: self.speed(regime, o)) if measured else None
 
     def choose(self, regime: str) -> tuple[Any, str]:
         """(option, why) for the next chunk of `regime`: "explore", "best" or "recheck"."""
         n = self.chunks.get(regime, 0)
         for option in self.options:
-            if (regime, option) not in self.speeds:
+            if (regime, option) not in self.runs:
                 return option, "explore"
-        best = max(self.options, key=lambda o: self.median_speed(regime, o))
-        since = n - self.explored.setdefault(regime, n)
-        if since % self.recheck_every == self.recheck_every - 1:
-            stale = min((o for o in self.options if o != best), key=lambda o: self.last_seen[(regime, o)])
-            return stale, "recheck"
+        best = self.fastest(regime)
+        due = [o for o in self.options if o != best and self.due[(regime, o)] <= n]
+        if due:
+            return min(due, key=lambda o: self.due[(regime, o)]), "recheck"
         return best, "best"
+
+    def _reschedule(self, regime: str, option, before, n: int) -> None:
+        """After chunk n served by `option` (`before`: the fastest until then): the fastest waits
+        no more; a slower option just measured waits longer; one just overtaken waits
+        `recheck_every` chunks."""
+        best, key = self.fastest(regime), (regime, option)
+        if option == best:
+            self.wait[key] = self.recheck_every
+            if before not in (None, best):
+                self.wait[(regime, before)] = self.recheck_every
+                self.due[(regime, before)] = n + 1 + self.recheck_every
+            return
+        grow = 4 if self.speed(regime, option) < self.slow * self.speed(regime, best) else 2
+        prev = self.wait.get(key)
+        self.wait[key] = self.recheck_every * grow if prev is None else prev * grow
+        self.due[key] = n + 1 + self.wait[key]
 
     def record(self, regime: str, option, why: str, requests: int, tokens: int, seconds: float,
                compile_s: float) -> dict:
         """Logs one chunk's measurement; returns its event."""
         n = self.chunks.get(regime, 0)
         speed = tokens / seconds if seconds > 0 else 0.0
-        self.speeds.setdefault((regime, option), []).append(speed)
-        self.last_seen[(regime, option)] = n
+        before = self.fastest(regime)
+        self.runs.setdefault((regime, option), []).append((tokens, seconds))
         self.chunks[regime] = n + 1
+        self._reschedule(regime, option, before, n)
         event = {"chunk": n, "regime": regime, "option": option, "why": why, "requests": requests,
                  "tokens": tokens, "decode_s": round(seconds, 4), "compile_s": round(compile_s, 3),
                  "tokens_per_s": round(speed, 2),
-                 "medians": {str(o): self.median_speed(regime, o) for o in self.options}}
+                 "speeds": {str(o): self.speed(regime, o) for o in self.options},
+                 "due": {str(o): self.due.get((regime, o)) for o in self.options}}
         self.events.append(event)
         return event
 
@@ -113,5 +146,5 @@ class AutoServe:
             served = [e["option"] for e in self.events if e["regime"] == regime]
             if served:
                 out[regime] = {"chunks": {str(o): served.count(o) for o in self.options},
-                               "tokens_per_s": {str(o): self.median_speed(regime, o) for o in self.options}}
+                               "tokens_per_s": {str(o): self.speed(regime, o) for o in self.options}}
         return out
