@@ -36,7 +36,7 @@ def main() -> None:
 
     def tau(weights) -> float:
         res = sbj.generate(target, held_out, drafter=(drafter, weights), max_new_tokens=128, batch_size=8)
-        return statistics.mean(r.stats.tau for r in res)
+        return statistics.mean(r.stats.tau for r in res if r.stats.tau is not None)  # None: no step (EOS first)
 
     collect = Adapter(drafter, params, AdaptConfig(cost_scale=math.inf, capacity=128, window=256))
     sbj.generate(target, served, drafter=(drafter, params), max_new_tokens=128, batch_size=4, adapter=collect)

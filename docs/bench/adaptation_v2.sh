@@ -5,13 +5,13 @@
 #    signature + docstring prompts), T=0, batch 1, 128 new tokens: a 20,480-token job per method.
 #    SpecBlock adapts on 64-position crops (train_window=64: its update round 19.0 -> 2.0 s).
 E=assets/drafters/eagle3; S=assets/drafters/specblock; D=assets/drafters/dflash
-.venv/bin/specblock-bench --target assets/target --prompts assets/prompts/windows.jsonl --limit 160 --rounds 2 \
+.venv/bin/specblock-bench --target assets/target --prompts assets/prompts/windows.jsonl --limit 160 --rounds 4 \
   --temperatures 0 --batch-size 1 --max-new-tokens 128 \
   --methods ar,$E,$E:adapt=true,auto:$E,$S,$S:adapt.train_window=64,auto:$S,$D,$D:adapt=true,auto:$D \
   --out-dir docs/bench/adaptation_v2_windows
 # 2. In domain: held-out signature prompts 0-63, T=0 and 1, batch 1 and 4 (8,192 tokens per method
 #    and group).
-.venv/bin/specblock-bench --target assets/target --prompts assets/prompts/heldout.jsonl --limit 64 --rounds 2 \
+.venv/bin/specblock-bench --target assets/target --prompts assets/prompts/heldout.jsonl --limit 64 --rounds 4 \
   --temperatures 0,1 --batch-size 1,4 --max-new-tokens 128 \
   --methods ar,$E,$E:adapt=true,auto:$E,$S,auto:$S,$D,auto:$D \
   --out-dir docs/bench/adaptation_v2_heldout
