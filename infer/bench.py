@@ -70,6 +70,7 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from infer.decode import DEFAULT_TARGET, cli_method, make_adapter, read_prompts
 from specblock_jax.decoding.calibrate import GRIDS, calibrate, default_grid, with_setting
+from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.methods import resolve_drafter, split_adapt
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 
@@ -562,6 +563,7 @@ def main(argv=None) -> int:
         "calibrate_prompts": args.calibrate_prompts, "calibrate_grid": args.calibrate_grid,
     }
     rows = []
+    mark = cached_count()
     groups = [(int(b), float(t)) for b in str(args.batch_size).split(",") for t in args.temperatures.split(",")]
     if args.warmup_prompts > 0 and prompts:
         t0 = time.perf_counter()
@@ -585,6 +587,9 @@ def main(argv=None) -> int:
                                if temperature == 0 else None)
         rows += group
         write_results(args.out_dir, {**meta, "complete": i == len(groups) - 1}, records, group, rows)
+        # a group's executables (every method's loops, adapters, auto options) serve no later group:
+        # XLA:CPU runs out of code memory when a long run keeps them all (a 4-group run crashed)
+        release(mark)
     replot(args.out_dir)
     print("\n" + table(rows))
     print(f"\nwrote {args.out_dir}/results.json, results.md, speedup.png and the completions "

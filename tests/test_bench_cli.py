@@ -10,6 +10,7 @@ import pytest
 
 from conftest import export_random_eagle3
 from infer import bench
+from specblock_jax.decoding.compiled import cached_count
 
 PHASES_MS = ("propose_ms", "update_ms", "tree_forward_ms", "verify_ms", "forward_1_ms")
 STEP_KEYS = {*PHASES_MS, "draft_ms_per_step", "verify_ms_per_step", "ideal_speedup", "achieved_over_ideal",
@@ -64,6 +65,7 @@ def test_bench_runs_adaptation_next_to_the_plain_drafter(tiny_ckpt, tmp_path):
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\ny = 2\n" * (i + 2)}) + "\n"
                                for i in range(4)))
     out = tmp_path / "bench"
+    held = cached_count()
     assert bench.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out-dir", str(out),
                        "--methods", f"{tmp_path / 'eagle3'},prompt_lookup:calibrate=true", "--adapt",
                        "--max-new-tokens", "12", "--calibrate-prompts", "2", "--calibrate-grid", "num_nodes=3,6",
@@ -85,6 +87,7 @@ def test_bench_runs_adaptation_next_to_the_plain_drafter(tiny_ckpt, tmp_path):
     events = [json.loads(x) for x in (out / "adapt_eagle3__adapt-true_T0_b1.jsonl").read_text().splitlines()]
     assert len(events) == 4 and sum(e["update"] for e in events) == 3
     assert (out / "adapt_tau.png").read_bytes()[:4] == b"\x89PNG"
+    assert cached_count() == held  # the run released every executable it compiled
 
 
 def test_bench_rejects_bad_calibration_settings():
