@@ -60,6 +60,13 @@ def _unchanged(ad: Adapter, params) -> bool:
     return all(bool(jnp.array_equal(ad.trainable[name], _leaf(params, key))) for name, key in ad.paths)
 
 
+def _buffer_loss(ad: Adapter):
+    """params -> the adapter's objective on every buffered row (its whole window)."""
+    rows = ad.buffer.rows(list(range(ad.buffer.size)))
+    return lambda params: float(ad.objective(ad.drafter, params, rows["hidden"], rows["tokens"],
+                                             rows["loss_mask"], rows["valid"], jax.random.key(0), 0)[0])
+
+
 def test_collected_labels_equal_a_full_target_forward(target, eagle3, prompts):
     """The buffer's features (gathered from prefill and verification forwards) are the target's
     hidden states of a plain forward over the committed sequence; the loss mask marks exactly the
@@ -177,12 +184,7 @@ def test_only_the_chosen_subset_changes(target, eagle3, prompts):
 def test_updates_reduce_the_loss_on_buffered_rows(target, eagle3, prompts):
     ad = _adapter(eagle3, cost_scale=math.inf, learning_rate=3e-3, steps=10)
     sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=4, adapter=ad)
-    rows = ad.buffer.rows(list(range(ad.buffer.size)))
-
-    def loss(params):
-        return float(ad.objective(ad.drafter, params, rows["hidden"], rows["tokens"], rows["loss_mask"],
-                                  rows["valid"], jax.random.key(0), 0)[0])
-
+    loss = _buffer_loss(ad)
     first = loss(ad.params)
     for _ in range(3):
         ad.trainable, ad.opt_state, _, _ = ad._update()  # a whole round of `steps`
@@ -216,12 +218,7 @@ def test_training_crops_cover_the_generated_positions_and_drop_the_last_label():
 def test_cropped_updates_reduce_the_loss_and_cost_one_compilation(target, eagle3, prompts):
     ad = _adapter(eagle3, cost_scale=math.inf, learning_rate=3e-3, steps=10, train_window=16)
     sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=4, adapter=ad)
-    rows = ad.buffer.rows(list(range(ad.buffer.size)))
-
-    def loss(params):
-        return float(ad.objective(ad.drafter, params, rows["hidden"], rows["tokens"], rows["loss_mask"],
-                                  rows["valid"], jax.random.key(0), 0)[0])
-
+    loss = _buffer_loss(ad)
     first = loss(ad.params)
     ad.trainable, ad.opt_state, _, _ = ad._update()
     before = compilation_count()
