@@ -218,6 +218,8 @@ def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, s
     results = [] if results is None else results
     if prep["adapter"] is not None:
         prep["adapter"].extra_budget = later * args.max_new_tokens
+    if isinstance(prep["drafter"], sbj.decoding.AutoServe):  # auto skips re-checks near the job's end
+        prep["drafter"].extra_requests = later
     offset = 1 + max((r.stats.batch for r in results), default=-1)
     label = f"T={temperature:g} b={batch_size} {method_label(prep['method'])}{note}"
     keys = None if isinstance(prep["drafter"], sbj.decoding.AutoServe) else range(start, start + len(prompts))

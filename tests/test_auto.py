@@ -14,11 +14,12 @@ from test_speculative import V, _chi_square_pvalue, _exact_pair_distribution, sa
 from test_speculative import small_vocab_target  # noqa: F401 (a fixture)
 
 
-def _serve(auto, speed, chunks, regime="greedy"):
-    """Runs `chunks` choices with chunk speeds speed(option, chunk index); returns (option, why)s."""
+def _serve(auto, speed, chunks, regime="greedy", total=None):
+    """Runs `chunks` choices with chunk speeds speed(option, chunk index), in a job of `total`
+    chunks (None: unknown); returns (option, why)s."""
     picks = []
     for n in range(chunks):
-        option, why = auto.choose(regime)
+        option, why = auto.choose(regime, remaining=None if total is None else total - n)
         picks.append((option, why))
         auto.record(regime, option, why, requests=4, tokens=int(speed(option, n)), seconds=1.0, compile_s=0.0)
     return picks
@@ -60,11 +61,28 @@ def test_the_choice_follows_a_speed_change_found_by_a_recheck_and_pools_recent_c
     assert auto.speed("greedy", 8) == 600 / 5.0
 
 
+def test_a_larger_budget_than_a_losing_one_waits_unexplored_and_no_recheck_comes_near_the_end():
+    speed = lambda o, n: {"ar": 300.0, 4: 100.0, 8: 200.0}[o]  # noqa: E731
+    auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3)
+    picks = _serve(auto, speed, 20)
+    # 4 ran below 0.8x target-only, so 8 is not explored: it waits 12 chunks (4 x recheck_every)
+    # from chunk 2, as 4 does after its measurement at chunk 1; both are re-checked at 14 and 15
+    assert picks[:3] == [("ar", "explore"), (4, "explore"), ("ar", "best")]
+    assert [(n, o) for n, (o, why) in enumerate(picks) if why == "recheck"] == [(14, 4), (15, 8)]
+    assert all(p == ("ar", "best") for n, p in enumerate(picks[2:], 2) if n not in (14, 15))
+    # a job of 18 chunks: the re-check at 14 has 3 chunks after it, the one at 15 only 2 (skipped)
+    picks = _serve(AutoServe("prompt_lookup", budgets=(4,), recheck_every=3), speed, 18, total=18)
+    assert [(n, o) for n, (o, why) in enumerate(picks) if why == "recheck"] == [(14, 4)]
+    picks = _serve(AutoServe("prompt_lookup", budgets=(4,), recheck_every=3), speed, 16, total=16)
+    assert [o for o, why in picks] == ["ar", 4] + ["ar"] * 14
+
+
 def test_auto_greedy_output_is_target_only_and_every_chunk_is_logged(small_vocab_target):
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(18)]
     budgets = [4 + 5 * (i % 4) for i in range(18)]
-    auto = AutoServe("prompt_lookup", budgets=(4,), chunk=4, recheck_every=2)
+    # slow=1e-3: no budget counts as losing, so each is explored (its skipping is tested above)
+    auto = AutoServe("prompt_lookup", budgets=(4,), chunk=4, recheck_every=2, slow=1e-3)
     temps = [0.0] * 12 + [1.0] * 6
     ar = sbj.generate(small_vocab_target, prompts[:12], max_new_tokens=budgets[:12], batch_size=2)
     res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=budgets, batch_size=2,

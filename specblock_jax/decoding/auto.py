@@ -9,7 +9,10 @@ The options are target-only decoding ("ar") and speculation with the drafter at 
 DFlash; a kind without one, e.g. BlockPilot, is the single option "spec"). `generate` decodes the job in chunks of requests (`chunk`, default two batches), greedy
 and sampled requests apart (a temperature regime each: speculation pays very differently in the
 two). Each chunk runs with one option, chosen by `choose`:
-  1. every option once, target-only first (exploration);
+  1. every option once, target-only first, then the budgets from the smallest up (exploration); a
+     budget larger than one that ran below `slow` x the fastest is not explored but waits as a
+     slow option's re-check does (a larger tree rarely rescues a losing one on a compute-bound
+     machine, and exploring it costs a whole chunk at its speed);
   2. then the fastest option: the best tokens/s pooled over its last `window` chunks (their new
      tokens over their seconds: steadier than a median of a few small chunks, whose speed varies
      with their prompts);
@@ -18,7 +21,9 @@ two). Each chunk runs with one option, chosen by `choose`:
      finds it slower, its wait grows: `recheck_every` chunks after the first, then twice as long
      each time, or four times when it ran below `slow` x the fastest's speed, so an option that
      clearly loses costs a few chunks per job rather than one in every `recheck_every`. An option
-     that measures fastest becomes the one served and its wait starts over.
+     that measures fastest becomes the one served and its wait starts over. Near the job's end (fewer
+     than `recheck_every` chunks after it; `generate` counts them, plus `extra_requests`) a re-check
+     is skipped: what it could find would serve too few chunks to pay for it.
 tokens/s = new tokens / decode-loop wall time of the chunk, compilation excluded; a chunk's
 measurement therefore includes its prefills, refills and drafting. Every option is lossless, so
 the outputs are the target's whichever is chosen: greedy outputs are token-identical to target-only
@@ -51,6 +56,7 @@ class AutoServe:
     recheck_every: int = 6
     window: int = 6  # chunks pooled into an option's speed
     slow: float = 0.8  # below this fraction of the fastest's speed, an option's wait grows 4x (else 2x)
+    extra_requests: int = 0  # requests of the same regime the job decodes after this `generate` call
     events: list[dict] = dataclasses.field(default_factory=list)
     # per (regime, option): (tokens, seconds) of every chunk it served
     runs: dict[tuple[str, Any], list[tuple[int, float]]] = dataclasses.field(default_factory=dict)
@@ -94,17 +100,30 @@ class AutoServe:
         measured = [o for o in self.options if (regime, o) in self.runs]
         return max(measured, key=lambda o: self.speed(regime, o)) if measured else None
 
-    def choose(self, regime: str) -> tuple[Any, str]:
-        """(option, why) for the next chunk of `regime`: "explore", "best" or "recheck"."""
+    def choose(self, regime: str, remaining: int | None = None) -> tuple[Any, str]:
+        """(option, why) for the next chunk of `regime`: "explore", "best" or "recheck".
+        remaining: chunks the job has left in this regime, this one included (None: unknown); a
+        re-check is skipped when fewer than `recheck_every` chunks would follow it."""
         n = self.chunks.get(regime, 0)
-        for option in self.options:
-            if (regime, option) not in self.runs:
-                return option, "explore"
+        for k, option in enumerate(self.options):
+            if (regime, option) in self.runs or (regime, option) in self.due:
+                continue
+            smaller = self.options[k - 1] if k > 1 else None  # the next smaller budget
+            if smaller is not None and (regime, smaller) in self.runs and self._losing(regime, smaller):
+                # a larger tree than one already clearly losing: measured later, as a re-check
+                self.wait[(regime, option)] = self.recheck_every * 4
+                self.due[(regime, option)] = n + self.wait[(regime, option)]
+                continue
+            return option, "explore"
         best = self.fastest(regime)
         due = [o for o in self.options if o != best and self.due[(regime, o)] <= n]
-        if due:
+        if due and (remaining is None or remaining - 1 >= self.recheck_every):
             return min(due, key=lambda o: self.due[(regime, o)]), "recheck"
         return best, "best"
+
+    def _losing(self, regime: str, option) -> bool:
+        """Whether the option ran below `slow` x the fastest option's speed."""
+        return self.speed(regime, option) < self.slow * self.speed(regime, self.fastest(regime))
 
     def _reschedule(self, regime: str, option, before, n: int) -> None:
         """After chunk n served by `option` (`before`: the fastest until then): the fastest waits
@@ -117,7 +136,7 @@ class AutoServe:
                 self.wait[(regime, before)] = self.recheck_every
                 self.due[(regime, before)] = n + 1 + self.recheck_every
             return
-        grow = 4 if self.speed(regime, option) < self.slow * self.speed(regime, best) else 2
+        grow = 4 if self._losing(regime, option) else 2
         prev = self.wait.get(key)
         self.wait[key] = self.recheck_every * grow if prev is None else prev * grow
         self.due[key] = n + 1 + self.wait[key]

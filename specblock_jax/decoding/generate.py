@@ -286,7 +286,7 @@ def _generate_auto(target, prompts, auto: AutoServe, *, temperature, max_new_tok
         idx = [i for i in range(n) if (temps[i] <= 0) == (regime == "greedy")]
         for start in range(0, len(idx), size):
             part = idx[start:start + size]
-            option, why = auto.choose(regime)
+            option, why = auto.choose(regime, remaining=-(-(len(idx) - start + auto.extra_requests) // size))
             # each chunk its own key streams: (seed, regime, chunk start) hashed into a seed
             chunk_seed = int(jax.random.randint(jax.random.fold_in(jax.random.key(seed), 2 * start + r), (), 0,
                                                 2**31 - 1))
