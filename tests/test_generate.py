@@ -74,3 +74,63 @@ def test_text_prompts_are_tokenized_and_decoded(tmp_path, hf_dirs):
     for r in res:
         assert r.text == tok.decode(r.token_ids, skip_special_tokens=True)
         assert len(r.token_ids) >= 1
+
+
+def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_dirs, monkeypatch):
+    """`compiled(..., warm=)` runs a new executable once on the warm-up arguments (on CPU) and
+    counts it as compile time; `generate`'s warm-ups cap every row's budget (two tokens, or one more
+    step of a running stream) and leave the outputs as they were."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    import importlib
+
+    compiled_mod, generate_mod, refill_mod = (importlib.import_module(f"specblock_jax.decoding.{m}")
+                                              for m in ("compiled", "generate", "refill"))
+
+    calls = []
+
+    def slow_warm(args):
+        calls.append(args)
+        time.sleep(0.2)
+        return (args[0] + 1,)
+
+    def double(x):
+        return x * 2
+
+    exe, seconds = compiled_mod.compiled(double, (), jnp.ones(3), warm=slow_warm)
+    assert len(calls) == 1 and seconds >= 0.2
+    assert compiled_mod.compiled(double, (), jnp.ones(3), warm=slow_warm) == (exe, 0.0) and len(calls) == 1
+
+    target = sbj.load_target(hf_dirs["qwen3"][0])
+    plain = [r.token_ids for r in sbj.generate(target, PROMPTS, max_new_tokens=9, batch_size=2, refill=True)]
+    seen = []  # (name, budgets, warm-up budgets, generated or None, warm-up state copied)
+
+    def recording(fn, static, *args, warm=None, **kw):
+        if warm is not None and (fn, static, compiled_mod._signature(args), kw.get("donate_argnums", ())) \
+                not in compiled_mod._EXECUTABLES:
+            w = warm(args)
+            if fn.__name__ == "ar_loop":  # (params, tokens, lengths, budgets, ...)
+                seen.append((fn.__name__, np.asarray(args[3]), np.asarray(w[3]), None, None))
+            elif fn.__name__ in ("run_rows", "insert_rows"):  # (params, dparams, stop_ids, state, ...)
+                fresh = all(a is not b for a, b in zip(jax.tree.leaves(w[3]), jax.tree.leaves(args[3])))
+                seen.append((fn.__name__, np.asarray(args[3].budgets), np.asarray(w[3].budgets),
+                             np.asarray(args[3].generated), fresh))
+            else:
+                seen.append((fn.__name__, None, None, None, None))
+        return compiled_mod.compiled(fn, static, *args, warm=warm, **kw)
+
+    monkeypatch.setattr(generate_mod, "compiled", recording)
+    monkeypatch.setattr(refill_mod, "compiled", recording)
+    compiled_mod.release(0)  # every executable new again
+    static = sbj.generate(target, PROMPTS, max_new_tokens=9, batch_size=4, refill=False)
+    stream = sbj.generate(target, PROMPTS, max_new_tokens=9, batch_size=2, refill=True)
+    assert [r.token_ids for r in static] == [r.token_ids for r in stream] == plain
+    assert {"ar_loop", "start_rows", "run_rows", "insert_rows"} <= {name for name, *_ in seen}
+    for name, budgets, warm_budgets, generated, fresh in seen:
+        if name == "ar_loop":  # budgets capped at two tokens
+            assert budgets.tolist() == [9] * 4 and warm_budgets.tolist() == [2] * 4
+        if name in ("run_rows", "insert_rows"):  # a copy of the state, each row one step from its end
+            assert fresh and (warm_budgets == np.minimum(budgets, generated + 1)).all()

@@ -113,6 +113,14 @@ class Finished(NamedTuple):
     segment_steps: int  # decoding steps the segment ran
 
 
+def warm_copy(args: tuple) -> tuple:
+    """`compiled`'s warm-up arguments for run_rows / insert_rows: a fresh copy of the donated
+    state (position 3) whose rows stop after one more step, the rest as given."""
+    state = jax.tree.map(jnp.copy, args[3])
+    state = state._replace(budgets=jnp.minimum(state.budgets, state.generated + 1))
+    return (*args[:3], state, *args[4:])
+
+
 def pow2_at_least(n: int, cap: int) -> int:
     return min(cap, 1 << max(n - 1, 0).bit_length())
 
@@ -163,7 +171,7 @@ class Stream:
         take, queue = queue[:self.b], queue[self.b:]
         tokens, lengths, budgets, sampling, keys = self.inputs(take, self.b)
         args = (self.params, self._dparams(adapter), tokens, lengths, budgets, sampling, self.stop_ids, keys)
-        exe, compile_s = compiled(start_rows, start_static, *args)
+        exe, compile_s = compiled(start_rows, start_static, *args, warm=lambda a: a)
         state = exe(*args)
         state = state._replace(done=state.done | (jnp.arange(self.b) >= len(take)))  # rows with no request
         holder[:len(take)] = take
@@ -171,7 +179,7 @@ class Stream:
             steps_before = np.asarray(state.step)
             wake = min(self.wake_rows, len(queue))  # 0 once the queue is empty: run every row to its end
             args = (self.params, self._dparams(adapter), self.stop_ids, state, jnp.int32(wake))
-            exe, seconds = compiled(run_rows, run_static, *args, donate_argnums=(3,))
+            exe, seconds = compiled(run_rows, run_static, *args, donate_argnums=(3,), warm=warm_copy)
             compile_s += seconds
             state = exe(*args)
             done = np.asarray(state.done)  # waits for the loop
@@ -194,7 +202,7 @@ class Stream:
                 count = pow2_at_least(len(take), self.b)
                 rows = jnp.asarray(free[:len(take)] + [self.b] * (count - len(take)), jnp.int32)
                 args = (self.params, self._dparams(adapter), self.stop_ids, state, rows, *self.inputs(take, count))
-                exe, compile_s = compiled(insert_rows, start_static, *args, donate_argnums=(3,))
+                exe, compile_s = compiled(insert_rows, start_static, *args, donate_argnums=(3,), warm=warm_copy)
                 state = exe(*args)
                 for r, req in zip(free, take):
                     holder[r] = req
