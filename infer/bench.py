@@ -279,7 +279,11 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int) ->
     adapt_s = adapter.time_s if adapter is not None else 0.0
     wall = decode_wall + adapt_s  # end to end: adaptation time counts
     tokens = sum(b["tokens"] for b in batches.values())
-    draft = sum(b["draft"] for b in batches.values())
+    # drafting time over the batches whose step was profiled (an auto: run profiles each option once
+    # per call: profiling every 2-request chunk cost more than decoding it)
+    timed = [b for b in batches.values() if b["draft"] is not None]
+    draft, draft_tokens = sum(b["draft"] for b in timed), sum(b["tokens"] for b in timed)
+    draft_wall = sum(b["wall"] for b in timed)
     taus = [r.stats.tau for r in results if r.stats.tau is not None]
     prof = profile_summary(results)
     tau_median = float(np.median(taus))
@@ -296,9 +300,10 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int) ->
         "tau_median": tau_median, "tau_min": float(np.min(taus)), "tau_max": float(np.max(taus)),
         "tau_mean": float(np.mean(taus)), "tau_run": tau_run,
         "target_forwards": int(sum(r.stats.target_forwards for r in results)),
-        "draft_s_per_token": draft / tokens,
+        "draft_s_per_token": draft / draft_tokens if draft_tokens else 0.0,
         "draft_forwards_per_token": drafter_forwards_per_step(drafter) * sum(
-            r.stats.target_forwards for r in results) / tokens, "draft_share": draft / decode_wall,
+            r.stats.target_forwards for r in results) / tokens,
+        "draft_share": draft / draft_wall if draft_wall else 0.0,
         "compile_s": float(sum(b["compile"] for b in batches.values()))
         + (adapter.compile_s if adapter is not None else 0.0),
         "decode_s": decode_wall, "adapt_s": adapt_s, "batch_taus": batch_taus(results),

@@ -100,13 +100,16 @@ def test_auto_measures_the_decode_loops_not_the_step_profiling(small_vocab_targe
     """A chunk's seconds are its decode loops' wall time (compilation excluded): with
     profile="all" (as specblock-bench runs) the phase timing outside the loops does not count."""
     rng = np.random.default_rng(4)
-    prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(6)]
-    auto = AutoServe("prompt_lookup", budgets=(4,), chunk=2)
+    prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(10)]
+    auto = AutoServe("prompt_lookup", budgets=(4,), chunk=2, slow=1e-3)
     res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=8, batch_size=2, profile="all")
-    for event in auto.events:
+    assert len(auto.events) == 5
+    for n, event in enumerate(auto.events):
         mine = [r for r in res if r.stats.auto is event]
         loops = sum({r.stats.batch: r.stats.total_time_s for r in mine}.values())
         assert event["decode_s"] == round(loops, 4) and event["requests"] == len(mine)
+        # each option's step is profiled in its first chunk only (chunks 3 and 4 repeat an option)
+        assert all((r.stats.step_profile is not None) == (n < 3) for r in mine)
 
 
 def test_auto_sampling_follows_the_target_distribution_while_switching(small_vocab_target):

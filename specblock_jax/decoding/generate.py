@@ -132,7 +132,8 @@ def generate(
     drafter's propose and update, for draft_time_s = the row's steps x (one batched propose +
     update); "all" every phase, also attached to each result's stats (`stats.step_profile`, ms
     per phase). Profiling compiles and runs outside the timed decode loop (it is counted in
-    neither total_time_s nor compile_s).
+    neither total_time_s nor compile_s). With an `AutoServe`, only each option's first chunk per
+    call is profiled.
     adapter: a `specblock_jax.adaptation.Adapter` built for this drafter: after every batch it
     learns from the verified tokens and may update the drafter's weights (the next batch drafts
     with them); outputs are unchanged. Each result's stats then carry its batch's "adapt" event.
@@ -282,6 +283,7 @@ def _generate_auto(target, prompts, auto: AutoServe, *, temperature, max_new_tok
     budget = _per_prompt(max_new_tokens, n, "max_new_tokens")
     bsz = batch_size or min(8, max(n, 1))
     size = auto.chunk or 2 * bsz
+    profile, profiled = kw.pop("profile", "off"), set()  # each option's step is profiled in its first chunk only
     results: list[GenerationResult | None] = [None] * n
     batches = 0  # stats.batch numbers batches (or refill segments) across the whole job
     for r, regime in enumerate(("greedy", "sampled")):
@@ -294,7 +296,9 @@ def _generate_auto(target, prompts, auto: AutoServe, *, temperature, max_new_tok
                                                 2**31 - 1))
             out = generate(target, [prompts[i] for i in part], auto.drafter_for(option),
                            temperature=[temps[i] for i in part], max_new_tokens=[budget[i] for i in part],
-                           seed=chunk_seed, batch_size=bsz, **kw)
+                           seed=chunk_seed, batch_size=bsz,
+                           profile="off" if (regime, option) in profiled else profile, **kw)
+            profiled.add((regime, option))
             # the decode loops' wall time (prefills and refills included, compilation excluded), not
             # the call's: step profiling (profile="all") runs outside the loops and must not count
             loop_s = sum({res.stats.batch: res.stats.total_time_s for res in out}.values())
