@@ -508,6 +508,20 @@ def write_results(out_dir: Path, meta: dict, records: list[dict], group: list[di
     (out_dir / "results.md").write_text(md)
 
 
+def warn_map_limit(methods: list[str], path: str = "/proc/sys/vm/max_map_count") -> str | None:
+    """A warning when the kernel's memory-map limit is low for this many methods: XLA:CPU maps each
+    executable's code in many small sections, and a held-out bench with 8 methods (about 60k maps)
+    ended on "LLVM compilation error: Cannot allocate memory" at Linux's default of 65,530."""
+    try:
+        limit = int(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if limit >= 262144 or len(methods) <= 4:
+        return None
+    return (f"warning: vm.max_map_count is {limit}; XLA:CPU may run out of code memory with {len(methods)} "
+            "methods in one group (raise it: sysctl -w vm.max_map_count=262144, or run fewer methods)")
+
+
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--replot":  # redraw a finished run
         replot(Path(sys.argv[2]))
@@ -518,6 +532,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
     methods = [m for m in args.methods.split(",") if m]
     methods = ["ar"] + [m for m in methods if m != "ar"]
+    if (warning := warn_map_limit(methods)) is not None:
+        print(warning, file=sys.stderr, flush=True)
     if args.adapt:
         methods = [v for m in methods for v in
                    ([m, m + ":adapt=true"] if split_adapt(m)[0].split(":")[0] not in ("ar", "prompt_lookup")

@@ -189,3 +189,14 @@ def test_rounds_tell_the_adapter_the_budget_of_later_rounds(monkeypatch):
     args = argparse.Namespace(rounds=3, max_new_tokens=10, seed=0, no_refill=False)
     bench.run_rounds(None, list(range(9)), ["m"], 0.0, 1, args)
     assert seen == [(3, 60), (3, 30), (3, 0)]  # the remaining prompts' budgets, round by round
+
+
+def test_a_low_memory_map_limit_is_warned_about_before_a_large_bench(tmp_path):
+    limit = tmp_path / "max_map_count"
+    limit.write_text("65530\n")
+    methods = ["ar", "e", "auto:e", "auto:s", "d", "auto:d", "s", "s:rank_tree=false"]
+    assert "sysctl -w vm.max_map_count=262144" in bench.warn_map_limit(methods, str(limit))
+    assert bench.warn_map_limit(methods[:4], str(limit)) is None  # few methods: few executables
+    limit.write_text("262144\n")
+    assert bench.warn_map_limit(methods, str(limit)) is None
+    assert bench.warn_map_limit(methods, str(tmp_path / "absent")) is None  # not Linux: no check
