@@ -19,3 +19,7 @@ bench --temperatures 0 --batch-size 1 --methods ar,$E,auto:$E,auto:$S,$D,auto:$D
 A=ar,auto:$E,auto:$S,auto:$D
 bench --temperatures 1 --batch-size 1 --methods $A --out-dir docs/bench/auto_v2_heldout_T1
 bench --temperatures 0,1 --batch-size 4 --methods $A --out-dir docs/bench/auto_v2_heldout_b4
+# 3. Domain shift: window prompts 0-159 (20,480 tokens per method), T = 0, batch 1 (run last).
+bench() { .venv/bin/specblock-bench --target assets/target --rounds 4 --max-new-tokens 128 "$@"; }
+bench --prompts assets/prompts/windows.jsonl --limit 160 --temperatures 0 --batch-size 1 \
+  --methods ar,$E,auto:$E,auto:$S,auto:$D --out-dir docs/bench/auto_v2_windows
