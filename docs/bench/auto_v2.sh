@@ -15,7 +15,7 @@ E=assets/drafters/eagle3; S=assets/drafters/specblock; D=assets/drafters/dflash
 bench() { .venv/bin/specblock-bench --target assets/target --prompts assets/prompts/heldout.jsonl --limit 200 \
   --rounds 4 --max-new-tokens 128 "$@"; }
 bench --temperatures 0 --batch-size 1 --methods ar,$E,auto:$E,auto:$S,$D,auto:$D,$S,$S:rank_tree=false \
-  --out-dir docs/bench/auto_v2_heldout
+  --out-dir docs/bench/auto_v2_heldout200
 A=ar,auto:$E,auto:$S,auto:$D
 bench --temperatures 1 --batch-size 1 --methods $A --out-dir docs/bench/auto_v2_heldout_T1
 bench --temperatures 0,1 --batch-size 4 --methods $A --out-dir docs/bench/auto_v2_heldout_b4
