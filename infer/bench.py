@@ -300,10 +300,10 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int) ->
         "tau_median": tau_median, "tau_min": float(np.min(taus)), "tau_max": float(np.max(taus)),
         "tau_mean": float(np.mean(taus)), "tau_run": tau_run,
         "target_forwards": int(sum(r.stats.target_forwards for r in results)),
-        "draft_s_per_token": draft / draft_tokens if draft_tokens else 0.0,
+        "draft_s_per_token": draft / draft_tokens if draft_tokens else None,  # None: no batch profiled
         "draft_forwards_per_token": drafter_forwards_per_step(drafter) * sum(
             r.stats.target_forwards for r in results) / tokens,
-        "draft_share": draft / draft_wall if draft_wall else 0.0,
+        "draft_share": draft / draft_wall if draft_wall else None,
         "compile_s": float(sum(b["compile"] for b in batches.values()))
         + (adapter.compile_s if adapter is not None else 0.0),
         "decode_s": decode_wall, "adapt_s": adapt_s, "batch_taus": batch_taus(results),
@@ -354,7 +354,7 @@ def table(rows: list[dict]) -> str:
             f"| {r['temperature']:g} | {r['batch_size']} | {r['method']} | {r['tau_median']:.2f} [{r['tau_min']:.2f}, "
             f"{r['tau_max']:.2f}] | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
             f"{_num(r.get('ideal_speedup'), 'x')} | {_num(r.get('achieved_over_ideal'))} | "
-            f"{1000 * r['draft_s_per_token']:.3f} | {100 * r['draft_share']:.1f}% | "
+            f"{_num(_scaled(r['draft_s_per_token'], 1000), digits=3)} | {_num(_scaled(r['draft_share'], 100), '%', 1)} | "
             f"{r['draft_forwards_per_token']:.2f} | {_num(r.get('verify_ms_per_step'), digits=3)} | "
             f"{_num(r.get('forward_1_ms'), digits=3)} | "
             f"{'n/a' if r['same_as_ar'] is None else format(r['same_as_ar'], '.2f')} | "
@@ -364,6 +364,10 @@ def table(rows: list[dict]) -> str:
 
 def _num(value, suffix: str = "", digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _scaled(value, factor: float):
+    return None if value is None else value * factor
 
 
 def calibrated_cell(row: dict) -> str:
@@ -532,12 +536,12 @@ def main(argv=None) -> int:
         raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
     methods = [m for m in args.methods.split(",") if m]
     methods = ["ar"] + [m for m in methods if m != "ar"]
-    if (warning := warn_map_limit(methods)) is not None:
-        print(warning, file=sys.stderr, flush=True)
     if args.adapt:
         methods = [v for m in methods for v in
                    ([m, m + ":adapt=true"] if split_adapt(m)[0].split(":")[0] not in ("ar", "prompt_lookup")
                     and split_adapt(m)[1] is None else [m])]
+    if (warning := warn_map_limit(methods)) is not None:
+        print(warning, file=sys.stderr, flush=True)
     for m in methods:
         cli_method(split_adapt(split_calibrate(m)[0])[0])  # fail fast on an unknown method
     target = sbj.load_target(args.target)
