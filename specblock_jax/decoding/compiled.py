@@ -2,8 +2,9 @@
 
 Lets the decoders report compile time apart from run time and lets tests count compilations.
 
-A new executable's first run is slower than its later ones (XLA:CPU finishes preparing each kernel
-the first time it runs: measured +0.1 s for a target-only loop, +0.3-0.5 s for an EAGLE-3 loop at
+A new executable's first run is slower than its later ones (apparently XLA:CPU finishes preparing
+each kernel the first time it runs: a toy loop warmed with one iteration lost the penalty, with
+zero iterations it did not; measured +0.1 s for a target-only loop, +0.3-0.5 s for an EAGLE-3 loop at
 batch 1-4 on target v2). Run times are what `auto` decides on and what benchmarks compare, so a
 caller may pass `warm`: args -> arguments for one short run (e.g. budgets capped at two tokens, so
 each kernel of a decode loop runs once), which `compiled` runs right after compiling, on CPU only,
