@@ -1,8 +1,9 @@
 """Is a decode loop's first run slower than its later runs? The same prompt pairs decoded four times
-in one process (batch 1, greedy, 128 new tokens); the first pass compiles each loop (its warm-up
+in one process (greedy, 128 new tokens, batch 1 by default); the first pass compiles each loop (its warm-up
 included, decoding/compiled.py) and runs it first.
 
     python scripts/first_run_cost.py assets/drafters/eagle3      # or ar
+    python scripts/first_run_cost.py ar --batch-size 4 --pairs 2  # groups of 2 x 4 prompts
 
 Prints tokens/s of each pair's decode loops (compilation excluded) per pass.
 """
@@ -23,18 +24,21 @@ def main() -> None:
     p.add_argument("--prompts", default="assets/prompts/heldout.jsonl")
     p.add_argument("--pairs", type=int, default=2)
     p.add_argument("--passes", type=int, default=4)
+    p.add_argument("--batch-size", type=int, default=1, help="each group is 2 x batch-size prompts")
     args = p.parse_args()
     target = sbj.load_target(args.target)
     with open(args.prompts) as f:
-        prompts = [json.loads(line)["prompt"] for line in f][:2 * args.pairs]
+        prompts = [json.loads(line)["prompt"] for line in f][:2 * args.pairs * args.batch_size]
     drafter = resolve_method(args.method, target)
     for rep in range(args.passes):
-        for k in range(0, len(prompts), 2):
-            out = sbj.generate(target, prompts[k:k + 2], drafter, temperature=0.0, max_new_tokens=128, batch_size=1)
+        group = 2 * args.batch_size
+        for k in range(0, len(prompts), group):
+            out = sbj.generate(target, prompts[k:k + group], drafter, temperature=0.0, max_new_tokens=128,
+                               batch_size=args.batch_size)
             wall = sum({r.stats.batch: r.stats.total_time_s for r in out}.values())
             compile_s = sum({r.stats.batch: r.stats.compile_s for r in out}.values())
             tokens = sum(len(r.token_ids) for r in out)
-            print(f"{args.method} pass {rep} pair {k // 2}: {tokens / wall:.0f} tok/s (loops {wall:.3f} s, "
+            print(f"{args.method} pass {rep} group {k // group}: {tokens / wall:.0f} tok/s (loops {wall:.3f} s, "
                   f"compile {compile_s:.2f} s)", flush=True)
 
 
