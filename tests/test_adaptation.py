@@ -131,11 +131,15 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
 
 def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eagle3, prompts):
     never = _adapter(eagle3, cost_scale=math.inf)
+    before = compilation_count()
     sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=never,
                  refill=False)
     s = never.summary()
     assert s["decisions"] == 3 and s["updates"] == 0 and s["declined"] == 3
     assert _unchanged(never, eagle3[1])
+    # an adapter that never updates prices no update: no calibration round, compiled or run
+    assert not any("calibration_s" in e for e in never.events)
+    assert compilation_count() - before <= 2  # the collecting decode loop and the buffer insert
     before = compilation_count()
     always = _adapter(eagle3, cost_scale=0.0)
     sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always,
