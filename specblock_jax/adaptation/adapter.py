@@ -27,7 +27,6 @@ make a new one to reset; `save_state` / `load_state` carry it across processes (
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from typing import Any
 
@@ -298,7 +297,7 @@ class Adapter:
         event["update"] = False
         # decide only with data enough, work left, and the last update already evaluated
         if self.buffer.size >= self.config.min_rows and remaining_budget > 0 and self.pending is None:
-            if ctl.cost_estimate is None and ctl.cost_scale != math.inf:  # inf never updates: nothing to price
+            if ctl.needs_cost():
                 event["calibration_s"] = self._calibrate(self.fresh[-self.config.eval_rows:])
             decision = ctl.decide(event["remaining_tokens"])
             event.update(update=decision.update, predicted_gain=decision.predicted_gain,

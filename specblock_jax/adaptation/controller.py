@@ -61,6 +61,11 @@ class CostAwareController:
         else:
             self.gain_estimate = self.recency * realised + (1 - self.recency) * self.gain_estimate
 
+    def needs_cost(self) -> bool:
+        """Whether a decision wants the first cost estimate (a calibration round): not before a
+        measurement exists, and never with cost_scale = inf, which declines whatever it costs."""
+        return self.cost_estimate is None and self.cost_scale != math.inf
+
     def predicted_gain(self) -> float:
         known = max(self.gain_estimate, 0.0) if self.gain_estimate is not None else 0.0
         return known + self.prior_gain / (1 + self.updates)
