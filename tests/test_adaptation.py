@@ -14,7 +14,7 @@ import pytest
 
 import specblock_jax as sbj
 from specblock_jax.adaptation import AdaptConfig, Adapter, CostAwareController
-from specblock_jax.adaptation.adapter import crop_rows
+from specblock_jax.adaptation.adapter import crop_rows, paired_gain
 from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.decoding.compiled import compilation_count
 from specblock_jax.drafters.blockpilot import BlockPilotDrafter, PolicyConfig, init_policy
@@ -236,12 +236,45 @@ def test_cropped_updates_reduce_the_loss_and_cost_one_compilation(target, eagle3
 
 def test_an_update_that_hurts_is_rolled_back(target, eagle3, prompts, monkeypatch):
     ad = _adapter(eagle3, cost_scale=0.0, learning_rate=1e-2)
-    monkeypatch.setattr(ad, "_evaluate", lambda old, new, slots: (2.0, 1.0, 0.01))  # new is worse
+    monkeypatch.setattr(ad, "_evaluate", lambda old, new, slots: (2.0, 1.0, 0.0, 0.01))  # new is worse
     sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad, refill=False)
     ups = [e for e in ad.events if e.get("update")]
     assert len(ups) == 3 and all(e["realised_gain"] == -0.5 for e in ups)
     assert sum(bool(e.get("rolled_back")) for e in ad.events) == 3
     assert _unchanged(ad, eagle3[1])  # every update was undone
+
+
+def test_an_update_is_kept_only_when_its_gain_clears_keep_z_standard_errors(target, eagle3, prompts, monkeypatch):
+    """+2% with a 5% standard error is noise and rolled back at keep_z=1, kept at keep_z=0; +20% is kept."""
+    for taus, keep_z, kept in (((1.0, 1.02), 1.0, False), ((1.0, 1.2), 1.0, True), ((1.0, 1.02), 0.0, True)):
+        ad = _adapter(eagle3, cost_scale=0.0, learning_rate=1e-2, keep_z=keep_z)
+        monkeypatch.setattr(ad, "_evaluate", lambda old, new, slots, t=taus: (*t, 0.05, 0.01))
+        sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad, refill=False)
+        scored = [e for e in ad.events if "eval_gain_se" in e]
+        assert len(scored) >= 2 and all(e["eval_gain_se"] == 0.05 for e in scored)
+        assert sum(bool(e.get("rolled_back")) for e in ad.events) == (0 if kept else len(scored))
+        assert _unchanged(ad, eagle3[1]) != kept
+    with pytest.raises(ValueError, match="keep_z"):
+        AdaptConfig(keep_z=-1)
+
+
+def test_the_paired_gain_and_its_standard_error():
+    """Exact pooled taus and gain; the delta-method standard error matches the spread of the gain
+    over 4000 independent draws of 32 paired rows (within 10%)."""
+    old, new = (np.array([2, 4]), np.array([4, 4])), (np.array([2, 2]), np.array([4, 4]))  # (steps, committed)
+    a, b, gain, se = paired_gain(old, new)
+    assert (a, b) == pytest.approx((8 / 6, 2.0)) and gain == pytest.approx(0.5) and se > 0
+    assert paired_gain((old[0][:1], old[1][:1]), (new[0][:1], new[1][:1]))[3] == 0.0  # one row: no spread
+    rng = np.random.default_rng(0)
+    draws = []
+    for _ in range(4000):
+        steps = rng.integers(20, 120, 32)
+        tau = rng.uniform(1.2, 2.4, 32)  # rows differ a lot; the new weights gain 3% +- 8% per row
+        new_steps = np.round(steps / (1.03 + rng.normal(0, 0.08, 32))).astype(int)
+        draws.append(paired_gain((steps, np.round(steps * tau)), (new_steps, np.round(steps * tau))))
+    gains, ses = np.array([d[2] for d in draws]), np.array([d[3] for d in draws])
+    assert np.mean(gains) == pytest.approx(0.03, abs=0.005)
+    assert np.mean(ses) == pytest.approx(np.std(gains), rel=0.1)
 
 
 def test_bad_settings_and_kinds_are_refused(target, eagle3):

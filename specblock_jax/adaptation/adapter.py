@@ -13,7 +13,8 @@ prefill and the verification forwards: no extra target forward). The adapter
      parameters on them, rows the update never saw, by replaying them through the drafter's real
      tree builder and the greedy acceptance rule (replay.py: the exact tau each weight set would
      have had on those sequences, no target forward), feeds the realised gain to the controller,
-     and rolls the update back if it made the drafter worse (`rollback`);
+     and rolls the update back unless the gain is clearly positive: at least `keep_z` standard
+     errors over those rows (`rollback`; eight rows measure a gain to about +-5%);
   3. with the last update evaluated, asks the controller (controller.py) whether one more update
      round pays over the remaining work; if so runs `steps` optimizer steps (AdamW, gradient
      clipping) on rows sampled from the buffer, updating only the parameters under `subset`.
@@ -64,10 +65,16 @@ class AdaptConfig:
     min_rows: int = 4  # buffer rows before the first update
     cost_scale: float = 1.0  # update iff predicted saving > cost_scale * measured cost
     prior_gain: float = 0.1  # relative tau gain assumed of a first update (exploration)
-    rollback: bool = True  # undo an update that lowered the replayed tau on fresh rows
+    rollback: bool = True  # undo an update whose replayed gain on fresh rows is not clearly positive
+    # an update is kept iff its replayed gain >= keep_z x the gain's standard error over the fresh
+    # rows (0: kept unless it lowered tau); one-sided, so keep_z = 1 keeps an update that changes
+    # nothing about one time in six
+    keep_z: float = 1.0
     seed: int = 0
 
     def __post_init__(self):
+        if self.keep_z < 0:
+            raise ValueError(f"adapt setting keep_z={self.keep_z}: use a number >= 0")
         if self.train_window < 0 or self.train_window == 1:
             raise ValueError(f"adapt setting train_window={self.train_window}: use 0 (the whole window) "
                              "or at least 2 positions")
@@ -148,13 +155,28 @@ def _update_round(objective, drafter, tx, paths, prefix, rows, depth, crop, trai
 
 
 def _evaluate(drafter, vocab_size, paths, old, new, fixed, tok, fea, start, end):
-    """Exact paired greedy tau of the `old` and `new` trainable parameters on the same served rows
-    (adaptation/replay.py): committed tokens / decoding steps, summed over the rows."""
-    def tau(trainable):
-        steps, committed = replay_tau(drafter, vocab_size, _merge(fixed, trainable, paths), tok, fea, start, end)
-        return jnp.sum(committed) / jnp.maximum(jnp.sum(steps), 1)
+    """Exact paired greedy replay of the `old` and `new` trainable parameters on the same served
+    rows (adaptation/replay.py): ((steps [R], committed [R]) of old, the same of new)."""
+    def run(trainable):
+        return replay_tau(drafter, vocab_size, _merge(fixed, trainable, paths), tok, fea, start, end)
 
-    return tau(old), tau(new)
+    return run(old), run(new)
+
+
+def paired_gain(old: tuple, new: tuple) -> tuple[float, float, float, float]:
+    """(tau old, tau new, gain, standard error) from per-row replays ((steps [R], committed [R])
+    each, R distinct rows): tau = committed / steps summed over the rows, gain = tau new / tau old
+    - 1, and the gain's standard error by the delta method for a ratio of paired sums, rows
+    independent (0 for fewer than 2 rows)."""
+    (s0, c0), (s1, c1) = ([np.maximum(np.asarray(x, np.float64), 0) for x in pair] for pair in (old, new))
+    n, sums = len(s0), [max(float(x.sum()), 1.0) for x in (s0, c0, s1, c1)]
+    a, b = sums[1] / sums[0], sums[3] / sums[2]
+    gain = b / a - 1.0
+    if n < 2:
+        return a, b, gain, 0.0
+    # each row's share of log(tau new) - log(tau old), linearised
+    z = c1 / sums[3] - s1 / sums[2] - c0 / sums[1] + s0 / sums[0]
+    return a, b, gain, float((1 + gain) * np.sqrt(n / (n - 1) * np.sum((z - z.mean()) ** 2)))
 
 
 class Adapter:
@@ -234,14 +256,18 @@ class Adapter:
         return trainable, opt_state, float(loss), seconds
 
     def _evaluate(self, old, new, slots):
-        """(tau old, tau new, seconds): the exact greedy replay of the rows at `slots`."""
+        """(tau old, tau new, the gain's standard error, seconds): the exact greedy replay of the
+        rows at `slots` (`paired_gain`; rows repeated to the static `eval_rows` count once)."""
         c = self.config
+        slots = list(dict.fromkeys(slots))[:c.eval_rows]
+        distinct = len(slots)
         slots = np.resize(np.asarray(slots), c.eval_rows)  # static shape: repeat the fresh rows
         rows = self.buffer.rows(slots)
         start, end = buffer_spans(rows["valid"], rows["loss_mask"])
         args = (old, new, self.fixed, rows["tokens"], rows["hidden"], start, end)
         (a, b), seconds = self._run(_evaluate, (self.drafter, self.vocab_size, self.paths), *args)
-        return float(a), float(b), seconds
+        before, after, _, se = paired_gain(*(tuple(x[:distinct] for x in pair) for pair in (a, b)))
+        return before, after, se, seconds
 
     def _calibrate(self, slots):
         """Times a round of one and of two optimizer steps and one evaluation on the buffer,
@@ -251,7 +277,7 @@ class Adapter:
         times). Every real update then measures the whole round."""
         _, _, _, one_s = self._update(steps=1)
         _, _, _, two_s = self._update(steps=2)
-        _, _, eval_s = self._evaluate(self.trainable, self.trainable, slots)
+        *_, eval_s = self._evaluate(self.trainable, self.trainable, slots)
         step_s = max(two_s - one_s, 0.0)
         cost = one_s + (self.config.steps - 1) * step_s + eval_s
         self.controller.observe_cost(cost)
@@ -279,14 +305,14 @@ class Adapter:
             # score the last update on rows that arrived after it (it never trained on them)
             old, old_opt, index = self.pending
             self.pending = None
-            before, after, eval_s = self._evaluate(old, self.trainable, self.fresh[-self.config.eval_rows:])
+            before, after, se, eval_s = self._evaluate(old, self.trainable, self.fresh[-self.config.eval_rows:])
             realised = after / before - 1.0
             ctl.observe_gain(realised)
             # the update's own event gets its realised gain; this one records the evaluation
-            event.update(eval_tau_old=before, eval_tau_new=after, eval_s=eval_s)
+            event.update(eval_tau_old=before, eval_tau_new=after, eval_gain_se=se, eval_s=eval_s)
             self.events[index]["realised_gain"] = realised
             ctl.observe_cost(self.events[index]["update_s"] + eval_s)
-            if self.config.rollback and realised < 0:
+            if self.config.rollback and realised < self.config.keep_z * se:
                 self.trainable, self.opt_state = old, old_opt
                 event["rolled_back"] = True
         ctl.observe_decoding(tokens, decode_s)
