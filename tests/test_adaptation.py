@@ -269,9 +269,9 @@ def test_the_paired_gain_and_its_standard_error():
     draws = []
     for _ in range(4000):
         steps = rng.integers(20, 120, 32)
-        tau = rng.uniform(1.2, 2.4, 32)  # rows differ a lot; the new weights gain 3% +- 8% per row
-        new_steps = np.round(steps / (1.03 + rng.normal(0, 0.08, 32))).astype(int)
-        draws.append(paired_gain((steps, np.round(steps * tau)), (new_steps, np.round(steps * tau))))
+        committed = np.round(steps * rng.uniform(1.2, 2.4, 32))  # rows differ a lot
+        new_committed = np.round(committed * (1.03 + rng.normal(0, 0.08, 32)))  # +3% +- 8% per row
+        draws.append(paired_gain((steps, committed), (steps, new_committed)))
     gains, ses = np.array([d[2] for d in draws]), np.array([d[3] for d in draws])
     assert np.mean(gains) == pytest.approx(0.03, abs=0.005)
     assert np.mean(ses) == pytest.approx(np.std(gains), rel=0.1)
