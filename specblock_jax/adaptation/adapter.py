@@ -14,7 +14,7 @@ prefill and the verification forwards: no extra target forward). The adapter
      tree builder and the greedy acceptance rule (replay.py: the exact tau each weight set would
      have had on those sequences, no target forward), feeds the realised gain to the controller,
      and rolls the update back unless the gain is clearly positive: at least `keep_z` standard
-     errors over those rows (`rollback`; eight rows measure a gain to about +-5%);
+     errors over those rows (`rollback`; on eight rows that error was 1-2.5% in the bench runs);
   3. with the last update evaluated, asks the controller (controller.py) whether one more update
      round pays over the remaining work; if so runs `steps` optimizer steps (AdamW, gradient
      clipping) on rows sampled from the buffer, updating only the parameters under `subset`.
@@ -168,7 +168,7 @@ def paired_gain(old: tuple, new: tuple) -> tuple[float, float, float, float]:
     each, R distinct rows): tau = committed / steps summed over the rows, gain = tau new / tau old
     - 1, and the gain's standard error by the delta method for a ratio of paired sums, rows
     independent (0 for fewer than 2 rows)."""
-    (s0, c0), (s1, c1) = ([np.maximum(np.asarray(x, np.float64), 0) for x in pair] for pair in (old, new))
+    (s0, c0), (s1, c1) = ([np.asarray(x, np.float64) for x in pair] for pair in (old, new))
     n, sums = len(s0), [max(float(x.sum()), 1.0) for x in (s0, c0, s1, c1)]
     a, b = sums[1] / sums[0], sums[3] / sums[2]
     gain = b / a - 1.0
