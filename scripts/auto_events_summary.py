@@ -2,7 +2,7 @@
 its speed splits into the speed of the option it served most (its chunks' tokens over their
 seconds) and the cost of every other chunk (exploration and re-checks) measured against that speed.
 
-    python scripts/auto_events_summary.py docs/bench/auto_v2_heldout_T1 [more run folders]
+    python scripts/auto_events_summary.py BENCH_OUT_DIR [more bench output folders]
 
 speedup = auto's tokens/s over target-only's row; served-most / ar row = the most-served option's
 own chunk speed over target-only's row (run-to-run drift and chunking, not auto's choices);

@@ -1,4 +1,4 @@
-"""Eval tau against training FLOPs for several drafter runs on one plot (issue 17's curves).
+"""Eval tau against training FLOPs for several drafter runs on one plot.
 
     python scripts/plot_tau_vs_flops.py OUT.png LABEL=RUN/metrics.jsonl [LABEL=...] [--title TEXT]
 

@@ -6,10 +6,10 @@ each as two local processes with 2 CPU devices apiece on a data=2,model=2 mesh.
 
 Steps (the output of each is printed):
   1. regenerate a small training set with the embedded target (assets/target), one process;
-  2. train: two processes of `python -m train.cli eagle3 ... --mesh data=2,model=2
+  2. train: two processes of `specblock-train eagle3 ... --mesh data=2,model=2
      --coordinator localhost:PORT --num-processes 2 --process-id I` (each host reads every other
      training example; global batch 8; orbax checkpoints written jointly; process 0 exports);
-  3. decode: two processes of `python -m infer.decode ... --method <trained drafter> --mesh
+  3. decode: two processes of `specblock-decode ... --method <trained drafter> --mesh
      data=2,model=2 ...` on an odd number of prompts (hosts get 5 and 4: the lighter host runs a
      padding batch to keep step), one result file per host;
   4. reference: the same decode in one process on one device; the per-host files must hold every
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PY = sys.executable
+BIN = Path(sys.executable).parent  # the console scripts are installed beside this Python
 
 
 def free_port() -> int:
@@ -39,19 +39,28 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_pair(module: str, args: list[str], logs: Path, name: str) -> float:
-    """Runs `python -m module args` as processes 0 and 1 of one jax.distributed job."""
+def program(name: str) -> str:
+    """The path of console script `name` beside this Python (specblock-train, specblock-decode)."""
+    path = BIN / name
+    if not path.exists():
+        raise SystemExit(f"{path} not found: run this script with the Python of the environment "
+                         "where specblock-jax is installed (e.g. .venv/bin/python)")
+    return str(path)
+
+
+def launch_pair(name_of_program: str, args: list[str], logs: Path, name: str) -> float:
+    """Runs `program args` as processes 0 and 1 of one jax.distributed job."""
     port = free_port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
     env.pop("XLA_FLAGS", None)
     procs, start = [], time.perf_counter()
     for pid in range(2):
-        cmd = [PY, "-m", module, *args, "--coordinator", f"localhost:{port}",
+        cmd = [program(name_of_program), *args, "--coordinator", f"localhost:{port}",
                "--num-processes", "2", "--process-id", str(pid)]
         log = open(logs / f"{name}.process{pid}.log", "w")
         procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), log))
         if pid == 0:
-            print("$", " ".join(cmd[1:]), flush=True)
+            print("$", name_of_program, " ".join(cmd[1:]), flush=True)
     codes = []
     for proc, log in procs:
         codes.append(proc.wait(timeout=900))
@@ -101,7 +110,7 @@ def main(argv=None) -> int:
     logs.mkdir(exist_ok=True)
     regenerate(work, args.prompts)
 
-    train_s = launch_pair("train.cli", [
+    train_s = launch_pair("specblock-train", [
         "eagle3", "--config", "configs/drafters/eagle3.yaml", "--mesh", "data=2,model=2",
         "target_dir=assets/target", f"regen_dir={work / 'regen'}", f"tfds_dir={work / 'tfds'}",
         f"run_dir={work / 'run'}", f"out_dir={work / 'drafter'}", f"max_steps={args.steps}",
@@ -120,10 +129,10 @@ def main(argv=None) -> int:
     decode_args = ["--prompts", str(work / "prompts.jsonl"), "--target", "assets/target",
                    "--method", str(work / "drafter"), "--batch-size", "2",
                    "--max-new-tokens", str(args.max_new_tokens)]
-    decode_s = launch_pair("infer.decode", [*decode_args, "--out", str(work / "out.jsonl"),
+    decode_s = launch_pair("specblock-decode", [*decode_args, "--out", str(work / "out.jsonl"),
                                             "--mesh", "data=2,model=2"], logs, "decode")
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    ref = subprocess.run([PY, "-m", "infer.decode", *decode_args, "--out", str(work / "ref.jsonl")],
+    ref = subprocess.run([program("specblock-decode"), *decode_args, "--out", str(work / "ref.jsonl")],
                          cwd=ROOT, env=env, capture_output=True, text=True)
     if ref.returncode:
         raise SystemExit(ref.stderr[-3000:])

@@ -1,4 +1,4 @@
-"""Where a serving-time adaptation round's time goes (issue 19), on the embedded default.
+"""Where a serving-time adaptation round's time goes, on the embedded default.
 
 Decodes a few prompts with forced updates (cost_scale=0) and reports, from the adapter's events,
 the median seconds of: the buffer insert + bookkeeping, one update round (`steps` optimizer steps),
@@ -6,8 +6,8 @@ one evaluation by exact replay (`eval_rows` rows); then times on the same buffer
 replay against the old 2-step tau proxy (the objective's), and one optimizer step, each warm
 (compilation excluded). Run alone (nothing else on the CPU):
 
-    .venv/bin/python scripts/adapt_round_profile.py [--drafter DIR] [--prompt-file F] [--prompts N]
-        [--settings train_window=64] [--out docs/adapt_round_profile.json]
+    .venv/bin/python benchmarks/adaptation_cost/adapt_round_profile.py [--drafter DIR] [--prompt-file F]
+        [--prompts N] [--settings train_window=64] [--out FILE.json]
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import specblock_jax as sbj
-from infer.decode import read_prompts
 from specblock_jax.adaptation import AdaptConfig, Adapter
-from specblock_jax.adaptation.adapter import _merge
 from specblock_jax.adaptation.replay import buffer_spans, replay_tau
 
 
@@ -51,7 +49,7 @@ def main() -> None:
     args = p.parse_args()
     target = sbj.load_target("assets/target")
     drafter = sbj.load_drafter(args.drafter, target)
-    records, _ = read_prompts(args.prompt_file)
+    records, _ = sbj.read_prompts(args.prompt_file)
     prompts = [r["prompt"] for r in records[: args.prompts]]
     ad = Adapter(*drafter, AdaptConfig.parse(",".join(filter(None, ["cost_scale=0", args.settings]))))
     t0 = time.perf_counter()
@@ -63,12 +61,11 @@ def main() -> None:
     c = ad.config
     rows = ad.buffer.rows(list(range(min(c.eval_rows, ad.buffer.size))))
     start, end = buffer_spans(rows["valid"], rows["loss_mask"])
-    d, params = ad.drafter, ad.params
+    d = ad.drafter
     replay = jax.jit(lambda prm: replay_tau(d, ad.vocab_size, prm, rows["tokens"], rows["hidden"], start, end))
     proxy = jax.jit(lambda prm: ad.objective(d, prm, rows["hidden"], rows["tokens"], rows["loss_mask"],
                                              rows["valid"], jax.random.key(0), c.depth)[1])
-    fixed, paths = ad.fixed, ad.paths
-    merged = _merge(fixed, ad.trainable, paths)
+    merged = ad.params  # the drafter's params with the current (adapted) weights
     out = {
         "drafter": args.drafter, "prompts": len(prompts), "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens, "config": {k: getattr(c, k) for k in (

@@ -3,7 +3,7 @@ greedily with a drafter, alternately without an adapter and with one that never 
 (`cost_scale=inf`: the loop collects the target's features and the buffer takes them, nothing
 else), several times in one process; tokens/s of the decode loops (compilation excluded).
 
-    python scripts/collect_cost.py assets/drafters/eagle3 --prompts 6 --reps 5
+    python benchmarks/adaptation_cost/collect_cost.py assets/drafters/eagle3 --prompts 6 --reps 5
 
 The first repetition compiles and is left out of the medians.
 """

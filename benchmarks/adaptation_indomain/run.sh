@@ -1,21 +1,23 @@
 #!/bin/sh
-# Issue 19's bench on target v2: plain, adapted and auto variants of EAGLE-3, SpecBlock and DFlash.
-# Run alone (nothing else on the machine), from the repository root: sh docs/bench/adaptation_v2.sh
-# 1. Domain shift: window prompts 0-159 (cut anywhere in held-out files; the drafters trained on
-#    signature + docstring prompts), T=0, batch 1, 128 new tokens: a 20,480-token job per method.
-#    SpecBlock adapts on 64-position crops (train_window=64: its update round 19.0 -> 2.0 s).
+# Serving-time adaptation and auto serving in domain on target v2: held-out signature prompts 0-63,
+# 128 new tokens (8,192 tokens per method and group), methods interleaved over 4 rounds. Each command
+# ran as its own job, alone on the machine, from the repository root:
+# sh benchmarks/adaptation_indomain/run.sh. Results go to outputs/benchmarks/adaptation_indomain/.
+OUT=outputs/benchmarks/adaptation_indomain
 E=assets/drafters/eagle3; S=assets/drafters/specblock; D=assets/drafters/dflash
-.venv/bin/specblock-bench --target assets/target --prompts assets/prompts/windows.jsonl --limit 160 --rounds 4 \
-  --temperatures 0 --batch-size 1 --max-new-tokens 128 \
-  --methods ar,$E,$E:adapt=true,auto:$E,$S,$S:adapt.train_window=64,auto:$S,$D,$D:adapt=true,auto:$D \
-  --out-dir docs/bench/adaptation_v2_windows
-# 2. In domain: held-out signature prompts 0-63 (8,192 tokens per method and group), in three runs:
-#    T=0 and batch 1; T=1 and batch 1; batch 4 at T=0 and 1. (The first ran as one 4-group run
-#    that crashed in its second group, XLA:CPU out of code memory, before the bench released each
-#    group's executables; its finished first group is docs/bench/adaptation_v2_heldout.)
-M=ar,$E,$E:adapt=true,auto:$E,$S,auto:$S,$D,auto:$D
 run() { .venv/bin/specblock-bench --target assets/target --prompts assets/prompts/heldout.jsonl --limit 64 \
-  --rounds 4 --max-new-tokens 128 --methods $M "$@"; }
-run --temperatures 0 --batch-size 1 --out-dir docs/bench/adaptation_v2_heldout
-run --temperatures 1 --batch-size 1 --out-dir docs/bench/adaptation_v2_heldout_T1
-run --temperatures 0,1 --batch-size 4 --out-dir docs/bench/adaptation_v2_heldout_b4
+  --rounds 4 --max-new-tokens 128 "$@"; }
+set -e
+# 1. EAGLE-3 plain and adapted, and every drafter plain and under auto: T=0 and T=1 at batch 1,
+#    then batch 4 at both temperatures.
+M=ar,$E,$E:adapt=true,auto:$E,$S,auto:$S,$D,auto:$D
+run --methods $M --temperatures 0 --batch-size 1 --out-dir $OUT/T0_b1
+run --methods $M --temperatures 1 --batch-size 1 --out-dir $OUT/T1_b1
+run --methods $M --temperatures 0,1 --batch-size 4 --out-dir $OUT/b4
+# 2. SpecBlock (adapting on 64-position crops) and DFlash, plain and adapted, at batch 1 and 4.
+M=ar,$S,$S:adapt.train_window=64,$D,$D:adapt=true
+run --methods $M --temperatures 0,1 --batch-size 1 --out-dir $OUT/specblock_dflash_b1
+run --methods $M --temperatures 0,1 --batch-size 4 --out-dir $OUT/specblock_dflash_b4
+# 3. What collecting costs: an adapter that never updates (cost_scale=inf) decodes the plain
+#    drafter's tokens and only collects the target's features.
+run --methods ar,$E,$E:adapt.cost_scale=inf --temperatures 0 --batch-size 1 --out-dir $OUT/collect_only

@@ -2,8 +2,8 @@
 in one process (greedy, 128 new tokens, batch 1 by default); the first pass compiles each loop (its warm-up
 included, decoding/compiled.py) and runs it first.
 
-    python scripts/first_run_cost.py assets/drafters/eagle3      # or ar
-    python scripts/first_run_cost.py ar --batch-size 4 --pairs 2  # groups of 2 x 4 prompts
+    python benchmarks/auto_serving/first_run_cost.py assets/drafters/eagle3      # or ar
+    python benchmarks/auto_serving/first_run_cost.py ar --batch-size 4 --pairs 2  # groups of 2 x 4 prompts
 
 Prints tokens/s of each group's decode loops (compilation excluded) per pass.
 """

@@ -1,8 +1,8 @@
 """Which DFlash block size pays on this hardware: measured step cost per size, and the speedup each
 size would give at a range of per-draft acceptance rates.
 
-    python scripts/dflash_block_size.py [--target assets/target] [--sizes 4,6,8,12,16] \
-        [--prompts assets/prompts/heldout.jsonl --limit 8] [--out docs/dflash_block_size_v2.json]
+    python benchmarks/drafter_training_v2/dflash_block_size.py [--target assets/target] \
+        [--sizes 4,6,8,12,16] [--prompts assets/prompts/heldout.jsonl --limit 8] [--out FILE.json]
 
 A DFlash drafter of the v2 recipe (configs/drafters/dflash-v2.yaml: 3 layers, the target's widths)
 is built with random weights: a step's cost does not depend on the weights. For each block size b
@@ -27,7 +27,6 @@ import sys
 from pathlib import Path
 
 import specblock_jax as sbj
-from infer.decode import read_prompts
 from specblock_jax.decoding.generate import encode_prompts
 from specblock_jax.decoding.prompt_profile import median_step_profile
 from specblock_jax.decoding.step_profile import step_ms
@@ -55,7 +54,7 @@ def main(argv=None) -> None:
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     target = sbj.load_target(args.target)
-    records, _ = read_prompts(Path(args.prompts))
+    records, _ = sbj.read_prompts(Path(args.prompts))
     ids = encode_prompts(target, [r["prompt"] for r in records[:args.limit]])
 
     rows = []
@@ -76,7 +75,7 @@ def main(argv=None) -> None:
     best = {str(a): max(rows, key=lambda r: r["speedup_at_alpha"][str(a)])["block_size"] for a in ALPHAS}
     print(json.dumps({"best_size_at_alpha": best}), flush=True)
     if args.out:
-        Path(args.out).write_text(json.dumps({"command": "python scripts/dflash_block_size.py "
+        Path(args.out).write_text(json.dumps({"command": "python benchmarks/drafter_training_v2/dflash_block_size.py "
                                               + " ".join(sys.argv[1:] if argv is None else argv), "rows": rows,
                                               "best_size_at_alpha": best}, indent=1) + "\n")
 

@@ -1,7 +1,7 @@
 """Target decode-step time against the current sequence length, attention over the whole static
 cache ("full") vs length buckets ("bucketed", models/attention.py).
 
-    python scripts/attention_vs_length.py --target assets/target --out docs/attention_vs_length
+    python benchmarks/efficiency/attention_vs_length.py --target assets/target --out outputs/attention_vs_length
 
 Times one batched one-token decode forward (the autoregressive loop's step) and one 16-node tree
 forward (a verification step) with the cache holding `length` tokens, for lengths 64..2048 in a
@@ -43,7 +43,7 @@ def step_ms(graphdef, params, cfg, batch, nodes, length, cache_len, reps):
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="assets/target")
-    ap.add_argument("--out", type=Path, default=Path("docs/attention_vs_length"))
+    ap.add_argument("--out", type=Path, default=Path("outputs/attention_vs_length"))
     ap.add_argument("--cache-len", type=int, default=2112)
     ap.add_argument("--lengths", default="64,128,256,512,1024,2048")
     ap.add_argument("--batch", type=int, default=1)

@@ -1,6 +1,6 @@
 """Drafting cost (propose + update) of the same drafters under two engine versions.
 
-    python scripts/draft_cost_compare.py --target DIR --drafters D1,D2 --accepted 3,1 [--batch 1]
+    python benchmarks/efficiency/draft_cost_compare.py --target DIR --drafters D1,D2 --accepted 3,1 [--batch 1]
 
 Uses only the drafter protocol (`init_state`, `propose`, `update`), which is unchanged since the
 efficiency work began, so the same file runs from an old commit's tree (`git worktree`) and from

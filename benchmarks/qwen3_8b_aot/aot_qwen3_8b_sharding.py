@@ -1,8 +1,8 @@
 """AOT lowering (and optionally compilation) of the sharded EAGLE-3 train step for a Qwen3-8B
 target on a 32-way data x 8-way model mesh, on CPU with 256 simulated devices and no weights.
 
-    python scripts/aot_qwen3_8b_sharding.py [--compile] [--batch 32] [--seq 2048] [--fsdp all] [--decode]
-                                            [--out F.json]
+    python benchmarks/qwen3_8b_aot/aot_qwen3_8b_sharding.py [--compile] [--batch 32] [--seq 2048]
+        [--fsdp all] [--decode] [--out F.json]
 
 Everything is abstract (jax.ShapeDtypeStruct with shardings): nothing is allocated. Prints the
 per-device bytes of the trainable drafter params, the AdamW state and the frozen target params
@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import functools
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -28,7 +27,6 @@ jax.config.update("jax_platforms", "cpu")
 
 import jax.numpy as jnp  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import specblock_jax as sbj  # noqa: E402
 from specblock_jax import parallel  # noqa: E402
 from specblock_jax.drafters.eagle3 import abstract_eagle3  # noqa: E402

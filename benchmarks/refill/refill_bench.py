@@ -1,4 +1,4 @@
-"""Continuous batching against static batching (issue 20), one process, one run.
+"""Continuous batching against static batching, one process, one run.
 
 A job of --requests prompts (HumanEval, then the held-out and training prompt sets, in file order)
 with max_new_tokens drawn uniformly from [--min-new, --max-new] (seeded; stop tokens end rows
@@ -8,8 +8,8 @@ wall, compilation excluded, summed over batches / segments), the share of idle r
 slots of the loop's steps whose row was done or padding: 1 - active row-steps / (B x steps)), and
 whether outputs are identical.
 
-    python scripts/refill_bench.py --methods ar,assets/drafters/eagle3 --batch-sizes 8,16 \\
-        --refill-rows 1,4 --out docs/refill/results.json
+    python benchmarks/refill/refill_bench.py --methods ar,assets/drafters/eagle3 --batch-sizes 8,16 \\
+        --refill-rows 1,4 --out outputs/refill/results.json
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 import specblock_jax as sbj
-from infer.decode import cli_method
 from specblock_jax.decoding.compiled import cached_count, release
+from specblock_jax.decoding.methods import resolve_method
 
 PROMPT_FILES = ("assets/prompts/humaneval.jsonl", "assets/prompts/heldout.jsonl", "assets/prompts/train.jsonl")
 
@@ -60,7 +60,7 @@ def measure(target, drafter, prompts, budgets, batch_size: int, refill: bool, re
 
 def run_job(name, target, methods, prompts, budgets, batch_sizes, refill_rows, rows, save) -> None:
     for method in methods:
-        drafter = cli_method(method, target)
+        drafter = resolve_method(method, target)
         for b in batch_sizes:
             off = measure(target, drafter, prompts, budgets, b, refill=False)
             ons = [measure(target, drafter, prompts, budgets, b, refill=True, refill_rows=k)
@@ -97,7 +97,7 @@ def main() -> None:
     p.add_argument("--equal-requests", type=int, default=128)
     p.add_argument("--equal-new", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=Path("docs/refill/results.json"))
+    p.add_argument("--out", type=Path, default=Path("outputs/refill/results.json"))
     a = p.parse_args()
     target = sbj.load_target(a.target)
     methods = a.methods.split(",")

@@ -1,6 +1,6 @@
 """Compile seconds and steady decode speed of every decoding method, for a target shape.
 
-    python scripts/compile_time.py [--layers 12] [--methods ar,prompt_lookup,eagle3,specblock,dflash]
+    python benchmarks/scan_layers/compile_time.py [--layers 12] [--methods ar,prompt_lookup,eagle3,specblock,dflash]
                                    [--new 64] [--reps 3] [--out FILE.jsonl]
 
 Builds a random target of v2's shape (hidden 256, 4 query / 2 KV heads, MLP 768) with `--layers`

@@ -1,7 +1,7 @@
 """The target's layers under `jax.lax.scan` (shipped) vs a Python loop over them (before): compile
 seconds and decode ms/token of a greedy decoding loop, for a few depths.
 
-    python scripts/scan_vs_unrolled.py [--layers 12,36] [--context 256] [--new 64] [--batch 1]
+    python benchmarks/scan_layers/scan_vs_unrolled.py [--layers 12,36] [--context 256] [--new 64] [--batch 1]
 
 Both variants run the same weights inside the same jitted `fori_loop` (one token per step, KV
 cache, bucketed attention):

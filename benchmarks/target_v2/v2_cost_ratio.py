@@ -1,6 +1,6 @@
 """Cost of one EAGLE-3 drafter forward relative to one target forward, for candidate target shapes.
 
-    python scripts/v2_cost_ratio.py [--context 256] [--draft-vocab 2048]
+    python benchmarks/target_v2/v2_cost_ratio.py [--context 256] [--draft-vocab 2048]
 
 For each candidate (layers, hidden, MLP, heads, KV heads) it builds a random target and an
 EAGLE-3 drafter with a reduced draft vocabulary, compiles a one-token decoding forward of each with
