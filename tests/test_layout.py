@@ -161,3 +161,59 @@ def test_a_drafter_that_breaks_the_tree_contract_gets_a_clear_error():
     target = peaked_tiny_target(24)
     with pytest.raises(ValueError, match=r"ShortTree.propose: DraftTree.valid has shape \(2, 5\), expected \(2, 6\)"):
         sbj.generate(target, [[1, 2], [3]], drafter=(ShortTree(6, 24), ()), max_new_tokens=4, batch_size=2)
+
+
+# --- scripts/ and benchmarks/: user tools and study scripts use the library's public face ---------
+
+ROOT = PACKAGE.parent
+
+
+def _cli_packages() -> set[str]:
+    """The command-line packages (`infer`, `train`, and wherever pyproject installs them): thin
+    layers that nothing else imports."""
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    return {"infer", "train"} | {entry.split(":")[0].rsplit(".", 1)[0] for entry in scripts.values()}
+
+
+def _tool_files() -> list[Path]:
+    files = sorted((ROOT / "scripts").glob("*.py")) + sorted((ROOT / "benchmarks").rglob("*.py"))
+    assert files, "no scripts found"
+    return files
+
+
+def _tool_problems(path: Path, cli: set[str]) -> list[str]:
+    """A tool's imports of private names or of the CLI packages, and any use of sys.path."""
+    problems = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        modules, names = [], []
+        if isinstance(node, ast.Import):
+            modules = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            modules, names = [node.module or ""], [a.name for a in node.names]
+        elif (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+              and node.value.id == "sys"):
+            problems.append((node.lineno, "sys.path"))
+        for m in modules:
+            if any(m == c or m.startswith(c + ".") for c in cli):
+                problems.append((node.lineno, f"imports the CLI package {m}"))
+        private = [n for n in names + [p for m in modules for p in m.split(".")]
+                   if n.startswith("_") and not n.startswith("__")]
+        problems += [(node.lineno, f"imports the private name {n}") for n in private]
+    return [f"line {line}: {what}" for line, what in sorted(problems)]
+
+
+def test_scripts_and_benchmarks_use_neither_private_names_nor_the_cli_packages_nor_sys_path():
+    cli = _cli_packages()
+    found = {str(p.relative_to(ROOT)): probs for p in _tool_files() if (probs := _tool_problems(p, cli))}
+    assert found == {}
+
+
+def test_the_tool_check_catches_each_kind_of_problem(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nsys.path.insert(0, '.')\nfrom infer.decode import read_prompts\n"
+                   "from specblock_jax.adaptation.adapter import _merge\nimport train.cli\n")
+    assert _tool_problems(bad, {"infer", "train"}) == [
+        "line 2: sys.path", "line 3: imports the CLI package infer.decode",
+        "line 4: imports the private name _merge", "line 5: imports the CLI package train.cli"]
