@@ -1,4 +1,5 @@
-"""The target trainer: packed LM data, loss goes down, exact resume after an interruption, export.
+"""The target's training (TargetTask through the one trainer): packed LM data, loss goes down, exact
+resume after an interruption, export.
 
 Every test uses configs/target/tiny-test.yaml on a small synthetic corpus written to a temp dir.
 """
@@ -6,7 +7,6 @@ Every test uses configs/target/tiny-test.yaml on a small synthetic corpus writte
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,10 +20,11 @@ import pytest
 from safetensors import safe_open
 
 from specblock_jax.models import init_target, load_target
-from specblock_jax.training.trainer import checkpoint_manager, save_checkpoint
-from train import lm_data
-from train.train_target import (decay_mask, evaluate, load_config, make_optimizer, make_steps, model_config,
-                                restore_state, train)
+from specblock_jax.training import lm_data
+from specblock_jax.training.target_task import decay_mask, mean_loss, model_config, target_settings
+from specblock_jax.training.trainer import with_defaults
+from train import train_target
+from train.train_target import load_config, train
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "assets" / "tokenizer"
@@ -125,26 +126,29 @@ def test_batch_iterator_is_deterministic_and_resumable():
     windows = lm_data.pack(np.arange(10 * 4 + 1, dtype=np.uint16), 4)  # 10 windows
     run = lm_data.BatchIterator(windows, batch_size=3, seed=7)
     batches = [next(run) for _ in range(8)]  # 3 batches per epoch: crosses two epoch boundaries
-    assert all(b.shape == (3, 5) and b.dtype == np.int32 for b in batches)
+    for b in batches:  # inputs and next-token labels of the same windows
+        assert set(b) == {"tokens", "labels"}
+        assert all(x.shape == (3, 4) and x.dtype == np.int32 for x in b.values())
+        np.testing.assert_array_equal(b["labels"], b["tokens"] + 1)
     again = lm_data.BatchIterator(windows, batch_size=3, seed=7)
     for a, b in zip(batches, (next(again) for _ in range(8))):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a["tokens"], b["tokens"])
     for epoch in range(2):  # no window repeats within an epoch
-        starts = np.concatenate([b[:, 0] for b in batches[3 * epoch:3 * epoch + 3]])
+        starts = np.concatenate([b["tokens"][:, 0] for b in batches[3 * epoch:3 * epoch + 3]])
         assert len(set(starts.tolist())) == 9
-    first_epochs = [np.concatenate([b[:, 0] for b in batches[3 * e:3 * e + 3]]) for e in range(2)]
+    first_epochs = [np.concatenate([b["tokens"][:, 0] for b in batches[3 * e:3 * e + 3]]) for e in range(2)]
     assert not np.array_equal(first_epochs[0], first_epochs[1])  # reshuffled per epoch
     other = lm_data.BatchIterator(windows, batch_size=3, seed=8)
-    assert not all(np.array_equal(a, next(other)) for a in batches[:3])
+    assert not all(np.array_equal(a["tokens"], next(other)["tokens"]) for a in batches[:3])
 
     probe = lm_data.BatchIterator(windows, batch_size=3, seed=7)
     for _ in range(4):
         next(probe)
-    state = probe.state()
+    state = probe.get_state()
     assert state == {"epoch": 1, "index": 1}
     resumed = lm_data.BatchIterator(windows, batch_size=3, seed=7, **state)
     for expected in batches[4:]:
-        np.testing.assert_array_equal(next(resumed), expected)
+        np.testing.assert_array_equal(next(resumed)["tokens"], expected["tokens"])
 
 
 # ------------------------------------------------------------------------------------ config
@@ -157,6 +161,18 @@ def test_overrides_are_typed_by_the_default(tmp_path):
         load_config(TINY, ["max_step=3"])
     with pytest.raises(ValueError, match=r"max_steps='1.5': expected int"):
         load_config(TINY, ["max_steps=1.5"])
+
+
+@pytest.mark.parametrize("name", ["reference", "v2", "tiny-test"])
+def test_shipped_target_configs_split_into_target_and_trainer_keys(name):
+    cfg = load_config(ROOT / "configs" / "target" / f"{name}.yaml")
+    settings = target_settings(cfg)  # every non-trainer key is a target setting, well typed
+    assert model_config(settings).num_layers == cfg["num_layers"] and settings.seq_len == cfg["seq_len"]
+    with_defaults({**cfg, "run_dir": "runs/x"})  # the trainer keys are well typed
+    with pytest.raises(ValueError, match=r"target: unknown setting\(s\) \['bogus'\]"):
+        target_settings({**cfg, "bogus": 1})
+    with pytest.raises(ValueError, match=r"target: missing setting\(s\) \['seq_len'\]"):
+        target_settings({k: v for k, v in cfg.items() if k != "seq_len"})
 
 
 # --------------------------------------------------------------------------------- training
@@ -178,16 +194,29 @@ def test_training_reduces_loss(trained):
     assert lrs[-1] == pytest.approx(cfg["lr"] * cfg["min_lr_ratio"], rel=0.05)
 
 
-def test_resume_after_interruption_is_exact(corpus, tmp_path):
+def test_resume_after_interruption_is_exact(corpus, tmp_path, monkeypatch):
     common = ("max_steps=8", "ckpt_every=3", "eval_every=4", "num_samples=0")
     straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
     straight = train(_cfg(corpus, straight_dir, *common))
 
     cfg = _cfg(corpus, resumed_dir, *common)
-    assert train(cfg, stop_after=5) == {"step": 5}
-    # a kill between checkpoints: the step-5 checkpoint never happened, the log ran ahead to 5
-    shutil.rmtree(resumed_dir / "checkpoints" / "5")
+    with monkeypatch.context() as m:  # killed while fetching the 6th batch
+        batches = lm_data.BatchIterator.__next__
+        calls = []
+
+        def killed(self):
+            calls.append(1)
+            if len(calls) == 6:
+                raise KeyboardInterrupt
+            return batches(self)
+
+        m.setattr(lm_data.BatchIterator, "__next__", killed)
+        with pytest.raises(KeyboardInterrupt):
+            train(cfg)
+    # a kill between checkpoints: the last checkpoint is step 3's, the log ran ahead to 5
+    assert _latest_state(resumed_dir)[0] == 3
     assert max(r["step"] for r in _records(resumed_dir)) == 5
+    assert not (resumed_dir / "summary.json").exists()
     resumed = train(cfg)
 
     assert _records(resumed_dir) == _records(straight_dir)
@@ -218,12 +247,10 @@ def test_export_loads_with_load_target(trained, corpus):
     assert target.tokenizer is not None and target.tokenizer("def f").input_ids[0] == 0
 
     # the loaded export scores the validation batches exactly as the trainer measured it
-    tx, _ = make_optimizer(cfg)
-    _, eval_step = make_steps(target.graphdef, tx)
     val_ids = lm_data.load_split_ids(corpus, "validation", TOKENIZER, cfg["token_cache_dir"])
     batches = lm_data.eval_batches(lm_data.pack(val_ids, cfg["seq_len"]), cfg["batch_size"],
                                    cfg["final_eval_batches"])
-    loss = evaluate(eval_step, target.params, batches)
+    loss = mean_loss(target.graphdef, target.params, batches)
     assert loss == pytest.approx(summary["val_loss_bf16_export"], abs=1e-6)
     assert abs(summary["val_loss_bf16_export"] - summary["val_loss"]) < 0.05
 
@@ -232,7 +259,7 @@ def test_export_loads_with_load_target(trained, corpus):
 
 
 def _run_cli(corpus: Path, run: Path, *overrides: str) -> subprocess.Popen:
-    args = [sys.executable, "-m", "train.train_target", "--config", str(TINY), f"corpus_dir={corpus}",
+    args = [sys.executable, "-m", train_target.__name__, "--config", str(TINY), f"corpus_dir={corpus}",
             f"tokenizer_dir={TOKENIZER}", f"token_cache_dir={corpus / 'tokens'}", f"run_dir={run}",
             f"out_dir={run / 'export'}", *overrides]
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -267,38 +294,10 @@ def test_a_training_process_killed_with_sigkill_resumes_bit_identically(corpus, 
         np.testing.assert_array_equal(a, b)
 
 
-
 def test_weight_decay_skips_norms_of_the_stacked_layers():
-    params = init_target(model_config(load_config(TINY)), seed=0).params
+    params = init_target(model_config(target_settings(load_config(TINY))), seed=0).params
     mask = decay_mask(params)
     assert params["layers"]["input_layernorm"]["weight"].ndim == 2  # [L, H]: stacked, still a norm
     assert not mask["layers"]["input_layernorm"]["weight"] and not mask["norm"]["weight"]
     assert mask["layers"]["mlp"]["up_proj"] and mask["layers"]["self_attn"]["q_proj"]
     assert mask["embed_tokens"]
-
-
-def test_a_checkpoint_of_the_per_layer_layout_restores_stacked(tmp_path):
-    """Runs that began before the layers were stacked (target v2) resume exactly."""
-    cfg = load_config(TINY)
-    params = init_target(model_config(cfg), seed=0).params
-    tx, _ = make_optimizer(cfg)
-    opt_state = tx.init(params)
-    opt_state = jax.tree.map(lambda x: x + 0.5 if x.dtype == np.float32 else x, opt_state)  # non-zero moments
-    n = params["layers"]["mlp"]["up_proj"].shape[0]
-
-    def unstack(t):  # the old layout: {"layers": {0: {...}, 1: {...}}} wherever params appear
-        if isinstance(t, dict) and "layers" in t:
-            return {**t, "layers": {i: jax.tree.map(lambda x: x[i], t["layers"]) for i in range(n)}}
-        if isinstance(t, tuple):
-            items = [unstack(x) for x in t]
-            return type(t)(*items) if hasattr(t, "_fields") else type(t)(items)
-        return t
-
-    mngr = checkpoint_manager(tmp_path / "ckpt", keep=2)
-    save_checkpoint(mngr, 7, unstack(params), unstack(opt_state), {"step": 7})
-    got_params, got_opt, meta = restore_state(mngr, 7, params, opt_state, tx)
-    assert meta == {"step": 7}
-    assert jax.tree.structure(got_params) == jax.tree.structure(params)
-    assert jax.tree.structure(got_opt) == jax.tree.structure(opt_state)
-    for a, b in zip(jax.tree.leaves((got_params, got_opt)), jax.tree.leaves((params, opt_state))):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -8,8 +8,10 @@ concatenated in file order into one flat id stream, cached as `<cache_dir>/<spli
 Packing: window i is `ids[i*seq_len : i*seq_len + seq_len + 1]` (seq_len + 1 ids, consecutive windows
 share one id), so inputs = window[:-1] and next-token targets = window[1:] cover every id once.
 
+A batch is {"tokens": inputs [B, seq_len], "labels": next-token targets [B, seq_len]} int32.
 `BatchIterator` walks the windows in a per-epoch permutation drawn from (seed, epoch); its whole
-state is the two ints (epoch, index), which a checkpoint stores to resume exactly.
+state is the two ints (epoch, index), which a checkpoint stores to resume exactly (it is a data
+iterator of `training.trainer.train`).
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ def load_split_ids(
         return np.load(cache)
     source = Path(corpus_dir) / f"{split}.jsonl"
     if not source.exists():
-        raise FileNotFoundError(f"{source} does not exist (run: python -m train.build_corpus)")
+        raise FileNotFoundError(f"{source} does not exist (build it with train/build_corpus.py)")
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
@@ -111,12 +113,18 @@ def pack(ids: np.ndarray, seq_len: int) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(ids, (n, seq_len + 1), (seq_len * s, s), writeable=False)
 
 
+def as_batch(windows: np.ndarray) -> dict[str, np.ndarray]:
+    """Windows [B, seq_len + 1] -> {"tokens": [B, seq_len], "labels": [B, seq_len]} int32."""
+    w = np.asarray(windows, np.int32)
+    return {"tokens": w[:, :-1], "labels": w[:, 1:]}
+
+
 class BatchIterator:
-    """Deterministic, resumable batches [B, seq_len + 1] int32 over packed windows.
+    """Deterministic, resumable batches (`as_batch`) over packed windows.
 
     Epoch e visits windows in `default_rng((seed, e)).permutation(W)`, in batches of `batch_size`
-    (the last partial batch of an epoch is dropped). `state()` -> {"epoch", "index"} where index is
-    the next batch within the epoch; `BatchIterator(..., **state)` continues exactly from there.
+    (the last partial batch of an epoch is dropped). `get_state()` -> {"epoch", "index"} where index
+    is the next batch within the epoch; `BatchIterator(..., **state)` continues exactly from there.
     """
 
     def __init__(self, windows: np.ndarray, batch_size: int, seed: int, epoch: int = 0, index: int = 0):
@@ -133,25 +141,25 @@ class BatchIterator:
     def _permutation(self, epoch: int) -> np.ndarray:
         return np.random.default_rng((self.seed, epoch)).permutation(len(self.windows))
 
-    def state(self) -> dict[str, int]:
+    def get_state(self) -> dict[str, int]:
         return {"epoch": int(self.epoch), "index": int(self.index)}
 
     def __iter__(self) -> "BatchIterator":
         return self
 
-    def __next__(self) -> np.ndarray:
+    def __next__(self) -> dict[str, np.ndarray]:
         if self.index >= self.batches_per_epoch:
             self.epoch, self.index = self.epoch + 1, 0
             self._order = self._permutation(self.epoch)
         rows = self._order[self.index * self.batch_size:(self.index + 1) * self.batch_size]
         self.index += 1
-        return self.windows[rows].astype(np.int32)
+        return as_batch(self.windows[rows])
 
 
-def eval_batches(windows: np.ndarray, batch_size: int, num_batches: int) -> list[np.ndarray]:
-    """The first num_batches batches [B, seq_len + 1] int32 in file order (a fixed evaluation set);
-    fewer if the split is smaller."""
+def eval_batches(windows: np.ndarray, batch_size: int, num_batches: int) -> list[dict[str, np.ndarray]]:
+    """The first num_batches batches (`as_batch`) in file order (a fixed evaluation set); fewer if
+    the split is smaller."""
     n = min(num_batches, len(windows) // batch_size)
     if n < 1:
         raise ValueError(f"{len(windows)} windows are too few for one batch of {batch_size}")
-    return [windows[i * batch_size:(i + 1) * batch_size].astype(np.int32) for i in range(n)]
+    return [as_batch(windows[i * batch_size:(i + 1) * batch_size]) for i in range(n)]

@@ -1,15 +1,17 @@
-"""The interface between one drafter kind and the generic drafter trainer, and typed settings.
+"""The interface between a model to train and the one trainer (`training.trainer.train`), and typed
+settings.
 
-A drafter kind (EAGLE-3, SpecBlock, DFlash, ...) trains through `training.trainer.train` by
-implementing `TrainTask` and naming its builder as the `task` of its registry entry
-(`specblock_jax.drafters.registry`):
+Everything the trainer trains is a `TrainTask`: the target itself (`training.target_task`), each
+drafter kind (EAGLE-3, SpecBlock, DFlash: `DrafterTask`, whose trained drafter also decodes, for
+the tau evaluation) and BlockPilot's policy (`drafters.blockpilot_train`). A drafter kind names
+its task's builder as the `task` of its registry entry (`specblock_jax.drafters.registry`):
 
     @dataclasses.dataclass(frozen=True)
     class Eagle3TrainConfig:                # the kind's own YAML keys, with their defaults
         ttt_steps: int = 4
         ...
 
-    class Eagle3Task:                       # implements TrainTask
+    class Eagle3Task:                       # implements DrafterTask
         Settings = Eagle3TrainConfig
         def __init__(self, settings: Eagle3TrainConfig | Mapping, target: sbj.Target): ...
 
@@ -23,12 +25,16 @@ Contract of the methods (all pure, no hidden state changed between calls):
 - `frozen()`: a pytree of arrays that is read but never trained (e.g. the target's params); passed
   unchanged to every `loss_fn` call and never donated, so it may share buffers with the target.
 - `loss_fn(params, frozen, batch, key)`: runs under `jax.jit` and `jax.value_and_grad`. `batch` is
-  the data iterator's dict of int32 [B, T] arrays ("tokens", "loss_mask", "attention_mask"; see
-  `training.regen_dataset.pack_example`); `key` is this step's PRNG key
+  the data iterator's dict of arrays (drafters: int32 [B, T] "tokens", "loss_mask",
+  "attention_mask", see `training.regen_dataset.pack_example`); `key` is this step's PRNG key
   (`fold_in(key(seed), step)`). Returns (scalar loss, {name: scalar}) where the names must not be
-  "step", "loss", "lr", "grad_norm", "tokens_per_s" or "elapsed_s" (the trainer logs those).
-- `decoding_drafter(params)`: (Drafter, drafter_params) for `sbj.generate` (evaluation of tau).
-- `export(params, out_dir)`: writes the trained drafter folder (config + weights) to `out_dir`.
+  the trainer's own record keys (`trainer.RESERVED_METRICS`).
+- `export(params, out_dir)`: writes the trained model's folder (config + weights) to `out_dir`;
+  returns None or a dict of fields for the run's summary (e.g. the export's own validation).
+- `optimizer(cfg)` (optional): (optax transformation, LR schedule) for the run's config, in place
+  of the trainer's `make_optimizer`.
+- `decoding_drafter(params)` (a `DrafterTask`): (Drafter, drafter_params) for `sbj.generate`
+  (`trainer.tau_evaluator`).
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ if TYPE_CHECKING:
 
 
 class TrainTask(Protocol):
-    """One drafter kind's training: params to optimise, a loss, and how to decode/export it."""
+    """One model's training: params to optimise, a loss, and how to export it."""
 
     def init_params(self, key: jax.Array) -> Any: ...  # the trainable pytree
 
@@ -56,9 +62,13 @@ class TrainTask(Protocol):
     def loss_fn(self, params, frozen, batch: dict[str, jax.Array], key: jax.Array
                 ) -> tuple[jax.Array, dict[str, jax.Array]]: ...  # scalar loss, scalar metrics
 
-    def decoding_drafter(self, params) -> tuple[Any, Any]: ...  # (Drafter, drafter_params)
+    def export(self, params, out_dir: str) -> dict[str, Any] | None: ...  # the trained model's folder
 
-    def export(self, params, out_dir: str) -> None: ...  # save the trained drafter folder
+
+class DrafterTask(TrainTask, Protocol):
+    """A drafter kind's training: a `TrainTask` whose trained params also decode."""
+
+    def decoding_drafter(self, params) -> tuple[Any, Any]: ...  # (Drafter, drafter_params)
 
 
 def frozen_target_outputs(target: "sbj.Target", params, batch: dict[str, jax.Array],
@@ -75,13 +85,19 @@ def frozen_target_outputs(target: "sbj.Target", params, batch: dict[str, jax.Arr
 def parse_settings(cls: type, values: Any, where: str = "") -> Any:
     """The frozen settings dataclass `cls` from a mapping (e.g. YAML keys), or `values` itself if
     it already is one. Lists become tuples, ints are accepted for floats; an unknown key or a
-    value of the wrong type raises ValueError naming it (prefixed by `where`)."""
+    value of the wrong type, or a missing required one, raises ValueError naming it (prefixed by
+    `where`)."""
     if isinstance(values, cls):
         return values
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ValueError(f"{where}unknown setting(s) {unknown} for {cls.__name__} (known: {sorted(fields)})")
+    required = {f.name for f in dataclasses.fields(cls)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+    missing = sorted(required - set(values))
+    if missing:
+        raise ValueError(f"{where}missing setting(s) {missing} for {cls.__name__}")
     hints = typing.get_type_hints(cls)
     return cls(**{k: _coerce(f"{where}{k}", v, hints[k]) for k, v in values.items()})
 

@@ -1,21 +1,25 @@
-"""The generic drafter trainer: one `TrainTask`, AdamW, orbax checkpoints, exact resume, tau eval.
+"""The one trainer, for the target and every drafter: a `TrainTask`, AdamW, orbax checkpoints,
+exact resume, periodic evaluation.
 
-    summary = train(task, cfg, target, data_iter_factory, eval_prompts)
+    summary = train(task, cfg, data_iter_factory, evaluate)
 
 One `jax.jit` train step, a pure function
     (params, opt_state, frozen, batch, key) -> (params, opt_state, metrics)
 with params and optimizer state donated and `frozen` (e.g. the target's weights) not. The step's
 PRNG key is `fold_in(key(seed), step)` (step = updates done before it), so a resumed run draws
-the same keys as an uninterrupted one. Optimizer: global-norm clipping, then AdamW (weight decay on
-arrays of rank >= 2 only) with `lr_schedule`: linear warmup, then cosine decay over `max_steps`.
+the same keys as an uninterrupted one. Optimizer: the task's own (`task.optimizer(cfg)`), else
+global-norm clipping, then AdamW (weight decay on arrays of rank >= 2 only) with `lr_schedule`:
+linear warmup, then cosine decay over `max_steps`.
 
 Run directory (`cfg["run_dir"]`):
     metrics.jsonl   one JSON record per line. Training, every `log_every` steps:
-                    {"step", "loss", <each task metric>, "lr", "grad_norm", "tokens_per_s",
-                     "elapsed_s", "flops"} where loss, task metrics and grad_norm are means over the steps
-                    since the previous record and lr is the last step's. Evaluation, every
-                    `eval_every` steps and at the end:
-                    {"step", "eval_tau_mean", "eval_tau_median", "eval_prompts", "eval_s"}.
+                    {"step", "loss", <each task metric>, "lr", "grad_norm", "tokens_seen",
+                     "tokens_per_s", "elapsed_s", "flops"} where loss, task metrics and grad_norm
+                    are means over the steps since the previous record, lr is the last step's and
+                    tokens_seen counts the run's tokens so far (`batch_tokens`). Evaluation, every
+                    `eval_every` steps and at the end: {"step", <what `evaluate` returns>}, e.g. a
+                    drafter's {"eval_tau_mean", "eval_tau_median", "eval_prompts", "eval_s"}
+                    (`tau_evaluator`) or the target's {"val_loss", "val_ppl"}.
     checkpoints/    orbax: params, opt_state and meta (step, data iterator state, seed, elapsed);
                     every `ckpt_every` steps and at the end, the latest `keep_checkpoints` kept.
     summary.json    written at the end (see `train`).
@@ -46,7 +50,7 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from specblock_jax import parallel
 from specblock_jax.parallel.training import TrainLayout
-from specblock_jax.training.task import TrainTask
+from specblock_jax.training.task import DrafterTask, TrainTask
 
 # Keys `train` reads from cfg, with their defaults (configs/drafters/README.md describes them).
 TRAINER_DEFAULTS: dict[str, Any] = {
@@ -59,13 +63,14 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "log_every": 10, "ckpt_every": 200, "keep_checkpoints": 2,
     "eval_every": 200, "eval_max_new_tokens": 64, "eval_batch_size": 8,
 }
-RESERVED_METRICS = ("step", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s", "flops")
+RESERVED_METRICS = ("step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s", "elapsed_s",
+                    "flops")
 
 
 class DataIterator(Protocol):
     """What `data_iter_factory(state)` returns, e.g. a `training.regen_dataset.BatchIterator`."""
 
-    def __next__(self) -> dict[str, np.ndarray]: ...  # int32 [B, T] arrays; StopIteration at the end
+    def __next__(self) -> dict[str, np.ndarray]: ...  # arrays with a leading [B]; StopIteration at the end
 
     def get_state(self) -> dict[str, int]: ...  # plain ints; the factory accepts it back
 
@@ -111,7 +116,8 @@ def lr_schedule(cfg: Mapping[str, Any]) -> optax.Schedule:
 
 
 def make_optimizer(cfg: Mapping[str, Any]) -> tuple[optax.GradientTransformation, optax.Schedule]:
-    """(global-norm clipping then AdamW with `lr_schedule`, the schedule)."""
+    """(global-norm clipping then AdamW with `lr_schedule`, the schedule): the optimizer of a task
+    without its own `optimizer(cfg)`."""
     schedule = lr_schedule(cfg)
     decay_mask = lambda params: jax.tree.map(lambda x: jnp.ndim(x) >= 2, params)  # noqa: E731
     tx = optax.chain(
@@ -148,7 +154,7 @@ def train_step_fn(task: TrainTask, tx: optax.GradientTransformation) -> Callable
 
 # ----------------------------------------------------------------------------------- eval
 
-def evaluate_tau(task: TrainTask, params: Any, target: sbj.Target,
+def evaluate_tau(task: DrafterTask, params: Any, target: sbj.Target,
                  prompts: Sequence[str | Sequence[int]], cfg: Mapping[str, Any],
                  mesh: Any = None) -> dict[str, Any]:
     """Greedy speculative decoding of `prompts` with the task's drafter; tau statistics.
@@ -174,6 +180,18 @@ def evaluate_tau(task: TrainTask, params: Any, target: sbj.Target,
     return {"eval_tau_mean": statistics.fmean(taus) if taus else None,
             "eval_tau_median": statistics.median(taus) if taus else None,
             "eval_prompts": len(taus), "eval_s": time.perf_counter() - start}
+
+
+def tau_evaluator(task: DrafterTask, target: sbj.Target, prompts: Sequence[str | Sequence[int]],
+                  cfg: Mapping[str, Any], mesh: Any = None) -> Callable[[Any], dict] | None:
+    """The `evaluate` of a drafter run: params -> `evaluate_tau` over `prompts` (None, no
+    evaluation, when there are none). mesh: as `train`'s."""
+    if not prompts:
+        return None
+    cfg = {**TRAINER_DEFAULTS, **cfg}
+    if isinstance(mesh, parallel.ShardingPlan):
+        mesh = mesh.mesh
+    return lambda params: evaluate_tau(task, params, target, prompts, cfg, mesh)
 
 
 # ------------------------------------------------------------------------------ run state
@@ -219,6 +237,17 @@ def _truncate_log(path: Path, step: int) -> list[dict]:
     return keep
 
 
+def batch_tokens(batch: Mapping[str, np.ndarray]) -> int:
+    """The tokens a batch trains on: the ones of its "attention_mask", else the size of its
+    "tokens", else its rows (a batch of examples that are not token sequences, as BlockPilot's
+    prefill features)."""
+    if "attention_mask" in batch:
+        return int(np.sum(batch["attention_mask"]))
+    if "tokens" in batch:
+        return int(np.size(batch["tokens"]))
+    return int(np.shape(next(iter(batch.values())))[0])
+
+
 def _mean_metrics(window: list[dict[str, jax.Array]]) -> dict[str, float]:
     """Per-name means over the steps of `window` (one device->host transfer)."""
     stacked = jax.device_get({k: jnp.stack([m[k] for m in window]) for k in window[0]})
@@ -227,26 +256,26 @@ def _mean_metrics(window: list[dict[str, jax.Array]]) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------------- train
 
-def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
+def train(task: TrainTask, cfg: Mapping[str, Any],
           data_iter_factory: Callable[[dict[str, int] | None], DataIterator],
-          eval_prompts: Sequence[str | Sequence[int]], mesh: Any = None) -> dict[str, Any]:
+          evaluate: Callable[[Any], Mapping[str, Any]] | None = None, mesh: Any = None) -> dict[str, Any]:
     """Trains `task` (resuming from the run dir's latest checkpoint), exports it, returns the summary.
 
     cfg: the config dict; the keys of `TRAINER_DEFAULTS` are read (missing ones take defaults),
-        others are ignored. target: the target model, used for tau evaluation.
+        others are ignored.
     data_iter_factory(state): a fresh iterator for state None, else one continuing at `state` (a
         `get_state()` result). StopIteration from it ends training ("data_exhausted").
-    eval_prompts: text or token-id prompts for tau evaluation; empty = no evaluation.
+    evaluate(params): a flat dict of JSON values for the log (names other than the trainer's
+        `RESERVED_METRICS`), every `eval_every` steps and at the end; None = no evaluation. A
+        drafter run's is `tau_evaluator(...)`.
     Stops at max_steps, when the elapsed run time (summed over resumes, evaluations included)
     reaches time_budget_min, or when the data ends; then evaluates (unless done at this step),
     saves a checkpoint, calls `task.export(params, out_dir)` and writes summary.json:
         {"steps", "stop_reason", "elapsed_s", "tokens_seen", "flops_per_step", "train_flops",
-         "last_train_record",
-         "eval_tau_mean", "eval_tau_median", "eval_prompts", "eval_history", "run_dir",
-         "out_dir", "config"}
-    (eval_* are those of the final evaluation, eval_history is [{"step", "eval_tau_mean",
-    "eval_tau_median"}] over the run; tokens_seen counts attention_mask ones of this session's
-    batches plus those recorded in the checkpoint).
+         "last_train_record", <the final evaluation's fields>, "eval_history", "run_dir",
+         "out_dir", "config", <the fields `task.export` returned>}
+    (the final evaluation's fields are there when it ran at the last step; eval_history holds the
+    run's evaluation records; tokens_seen counts `batch_tokens` over the run, resumes included).
     mesh: None (one device, the default) or a `jax.sharding.Mesh` / `parallel.ShardingPlan`: the
     step runs sharded (params and optimizer state FSDP + tensor-parallel, batch over "data"),
     checkpoints are saved sharded and restore onto any mesh shape. In a multi-host run each host's
@@ -257,7 +286,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
     run = Path(cfg["run_dir"])
     run.mkdir(parents=True, exist_ok=True)
     log_path = run / "metrics.jsonl"
-    tx, schedule = make_optimizer(cfg)
+    tx, schedule = task.optimizer(cfg) if hasattr(task, "optimizer") else make_optimizer(cfg)
     frozen = task.frozen()
     params = task.init_params(jax.random.key(cfg["seed"]))
     primary = jax.process_index() == 0
@@ -270,7 +299,6 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         params, frozen = layout.put(params), layout.put_frozen(frozen)
         opt_state = layout.init_opt(params)
         train_step = layout.jit_step(train_step_fn(task, tx))
-        mesh = plan.mesh
 
     mngr = checkpoint_manager(run / "checkpoints", cfg["keep_checkpoints"])
     step, data_state, elapsed, tokens_seen, records = 0, None, 0.0, 0, []
@@ -290,7 +318,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         log_path.unlink(missing_ok=True)
     data = data_iter_factory(data_state)
     base_key = jax.random.key(cfg["seed"])
-    last_eval = max((r["step"] for r in records if "eval_tau_mean" in r), default=-1)
+    last_eval = max((r["step"] for r in records if "loss" not in r), default=-1)
 
     def checkpoint() -> None:
         save_checkpoint(mngr, step, params, opt_state, {
@@ -299,12 +327,15 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
 
     def run_eval() -> None:
         nonlocal last_eval
-        if eval_prompts:
-            result = evaluate_tau(task, params, target, eval_prompts, cfg, mesh)
+        if evaluate is not None:
+            result = dict(evaluate(params))
+            clash = sorted(set(result) & set(RESERVED_METRICS))
+            if clash:
+                raise ValueError(f"evaluation names {clash} are reserved by the trainer "
+                                 f"(reserved: {RESERVED_METRICS})")
             if primary:
                 append_jsonl(log_path, {"step": step, **result})
-            bar.write(f"step {step}: eval tau mean {result['eval_tau_mean']}, median "
-                      f"{result['eval_tau_median']} over {result['eval_prompts']} prompts")
+            bar.write(f"step {step}: " + ", ".join(f"{k} {v}" for k, v in result.items()))
         last_eval = step
 
     def log_window() -> None:
@@ -314,6 +345,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         now = time.perf_counter()
         grad_norm = means.pop("grad_norm")
         record = {"step": step, **means, "lr": float(schedule(step - 1)), "grad_norm": grad_norm,
+                  "tokens_seen": tokens_seen,
                   "tokens_per_s": window_tokens / (now - window_start - window_pause),
                   "elapsed_s": now - session_start}
         if flops_per_step:
@@ -338,8 +370,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
         except StopIteration:
             stop_reason = "data_exhausted"
             break
-        n_tokens = int(np.sum(batch["attention_mask"])) if "attention_mask" in batch else int(
-            np.size(batch["tokens"]))
+        n_tokens = batch_tokens(batch)
         if mesh is not None and jax.process_count() > 1:  # every host's rows of the global batch
             n_tokens = parallel.host_sum([n_tokens])[0]
         key = jax.random.fold_in(base_key, step)
@@ -373,29 +404,26 @@ def train(task: TrainTask, cfg: Mapping[str, Any], target: sbj.Target,
     if mesh is not None:
         params = parallel.fetch(params)  # numpy on every host (all-gathered)
         parallel.sync("specblock-train-end")
-    if primary:
-        task.export(params, cfg["out_dir"])
+    exported = (task.export(params, cfg["out_dir"]) or {}) if primary else {}
     parallel.sync("specblock-train-exported")  # (a no-op for one process)
     return _write_summary(cfg, step, stop_reason, elapsed, tokens_seen, _read_log(log_path),
-                          write=primary, flops_per_step=flops_per_step)
+                          write=primary, flops_per_step=flops_per_step, exported=exported)
 
 
 def _write_summary(cfg: dict[str, Any], step: int, stop_reason: str, elapsed: float,
                    tokens_seen: int, records: list[dict], write: bool = True,
-                   flops_per_step: float | None = None) -> dict[str, Any]:
-    evals = [r for r in records if "eval_tau_mean" in r]
+                   flops_per_step: float | None = None,
+                   exported: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    evals = [r for r in records if "loss" not in r]
     last_eval = evals[-1] if evals and evals[-1]["step"] == step else {}
     summary = {
         "steps": step, "stop_reason": stop_reason, "elapsed_s": elapsed, "tokens_seen": tokens_seen,
         "flops_per_step": flops_per_step or None,
         "train_flops": flops_per_step * step if flops_per_step else None,
         "last_train_record": next((r for r in reversed(records) if "loss" in r), None),
-        "eval_tau_mean": last_eval.get("eval_tau_mean"),
-        "eval_tau_median": last_eval.get("eval_tau_median"),
-        "eval_prompts": last_eval.get("eval_prompts", 0),
-        "eval_history": [{k: r[k] for k in ("step", "eval_tau_mean", "eval_tau_median")}
-                         for r in evals],
-        "run_dir": cfg["run_dir"], "out_dir": cfg["out_dir"], "config": cfg,
+        **{k: v for k, v in last_eval.items() if k != "step"},
+        "eval_history": evals,
+        "run_dir": cfg["run_dir"], "out_dir": cfg["out_dir"], "config": cfg, **(exported or {}),
     }
     if write:
         Path(cfg["run_dir"], "summary.json").write_text(json.dumps(summary, indent=2, default=str))
