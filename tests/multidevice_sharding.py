@@ -235,7 +235,7 @@ def run_checkpoint() -> dict:
         return parallel.ShardingPlan(parallel.make_mesh(spec), fsdp=True, fsdp_min_size=0)
 
     task = Eagle3Task(TASK_CFG, tgt)
-    train(task, cfg("a", 2), tgt, factory, [], mesh=plan("data=4,model=2"))
+    train(task, cfg("a", 2), factory, mesh=plan("data=4,model=2"))
     saved_dir = root / "a" / "checkpoints"
     # the values written on (4,2), read back without shardings (numpy)
     mngr = ocp.CheckpointManager(saved_dir.absolute())
@@ -269,8 +269,8 @@ def run_checkpoint() -> dict:
     # the trainer (AdamW) resumes the (4,2) run on (8,1); compare with 4 uninterrupted steps on
     # one device (no mesh)
     shutil.copytree(root / "a", root / "b")
-    train(task, cfg("b", 4), tgt, factory, [], mesh=plan("data=8,model=1"))
-    train(task, cfg("c", 4), tgt, factory, [])
+    train(task, cfg("b", 4), factory, mesh=plan("data=8,model=1"))
+    train(task, cfg("c", 4), factory)
     logs = {r: [json.loads(x) for x in (root / r / "metrics.jsonl").read_text().splitlines()]
             for r in ("b", "c")}
     out["resumed_losses"] = [x["loss"] for x in logs["b"]]

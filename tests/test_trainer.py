@@ -1,4 +1,4 @@
-"""The generic drafter trainer and the `specblock-train` CLI, with a tiny bigram TrainTask.
+"""The one trainer and the `specblock-train` CLI, with a tiny bigram TrainTask.
 
 The bigram "drafter" (embedding -> logits of the next token) trains on synthetic regen-style
 records; its decoding drafter is prompt lookup, so evaluation runs real speculative decoding on a
@@ -24,7 +24,7 @@ from specblock_jax.drafters import registry
 from specblock_jax.training.regen_dataset import BatchIterator, RegenDataset, is_validation
 from specblock_jax.training.task import parse_settings
 from specblock_jax.training.trainer import (TRAINER_DEFAULTS, lr_schedule, make_optimizer, make_train_step,
-                                            train, with_defaults)
+                                            tau_evaluator, train, with_defaults)
 from train import cli
 
 VOCAB = 64
@@ -125,6 +125,11 @@ def log_records(run: Path, drop_timing: bool = True) -> list[dict]:
     return [{k: v for k, v in r.items() if k not in TIMING} for r in recs] if drop_timing else recs
 
 
+def train_drafter(task, cfg: dict, target, data_iter_factory, prompts=EVAL_PROMPTS) -> dict:
+    """`train` with the tau evaluation over `prompts`, as a drafter run has it."""
+    return train(task, cfg, data_iter_factory, tau_evaluator(task, target, prompts, cfg))
+
+
 @pytest.fixture(scope="module")
 def target():
     return sbj.init_target(sbj.models.config.tiny(vocab_size=VOCAB, eos_token_ids=(1,)), seed=0)
@@ -140,7 +145,7 @@ def full_run(target, data, tmp_path_factory):
     """An uninterrupted 12-step run: (run dir, summary)."""
     run = tmp_path_factory.mktemp("full")
     task = BigramTask({}, target)
-    return run, train(task, base_cfg(run), target, factory(data), EVAL_PROMPTS)
+    return run, train_drafter(task, base_cfg(run), target, factory(data))
 
 
 # ---------------------------------------------------------------------------- optimizer/step
@@ -208,8 +213,9 @@ def test_metrics_log_eval_checkpoints_export_and_summary(full_run, target):
     eval_recs = [r for r in recs if "eval_tau_mean" in r]
     assert [r["step"] for r in train_recs] == list(range(1, 13))
     for r in train_recs:
-        assert set(r) == {"step", "loss", "acc_0", "lr", "grad_norm", "tokens_per_s", "elapsed_s",
-                          "flops"}
+        assert set(r) == {"step", "loss", "acc_0", "lr", "grad_norm", "tokens_seen", "tokens_per_s",
+                          "elapsed_s", "flops"}
+        assert r["tokens_seen"] == r["step"] * 4 * 12  # cumulative: 4 rows x 12 real tokens a step
         assert r["tokens_per_s"] > 0 and r["grad_norm"] > 0
         assert r["flops"] == pytest.approx(r["step"] * summary["flops_per_step"])  # cumulative
     assert train_recs[-1]["loss"] < train_recs[0]["loss"]
@@ -242,14 +248,13 @@ def test_kill_and_resume_is_bit_identical(full_run, target, data, tmp_path):
     run = tmp_path / "killed"
     task = BigramTask({}, target)
     with pytest.raises(KeyboardInterrupt):  # killed while fetching the 10th batch
-        train(task, base_cfg(run), target, factory(data, kill_at=10), EVAL_PROMPTS)
+        train_drafter(task, base_cfg(run), target, factory(data, kill_at=10))
     assert latest_state(run)[0] == 8
     assert max(r["step"] for r in log_records(run)) == 9  # step 9 will be redone
     assert not (run / "summary.json").exists()
 
     states = []
-    summary = train(BigramTask({}, target), base_cfg(run), target, factory(data, states),
-                    EVAL_PROMPTS)
+    summary = train_drafter(BigramTask({}, target), base_cfg(run), target, factory(data, states))
     assert states == [{"epoch": 1, "batch": 2}]  # resumed at step 8, data included
     assert summary["steps"] == 12
     step_a, state_a, meta_a, _ = latest_state(full_dir)
@@ -262,8 +267,8 @@ def test_kill_and_resume_is_bit_identical(full_run, target, data, tmp_path):
 
     # a larger max_steps continues the finished run (under the new, longer LR schedule)
     states = []
-    summary = train(BigramTask({}, target), base_cfg(run, max_steps=15), target,
-                    factory(data, states), EVAL_PROMPTS)
+    summary = train_drafter(BigramTask({}, target), base_cfg(run, max_steps=15), target,
+                            factory(data, states))
     assert states == [{"epoch": 2, "batch": 0}] and summary["steps"] == 15
     recs = log_records(run)
     assert [r["step"] for r in recs if "loss" in r] == list(range(1, 16))
@@ -273,11 +278,49 @@ def test_kill_and_resume_is_bit_identical(full_run, target, data, tmp_path):
 
 def test_time_budget_stops_the_run(target, data, tmp_path):
     cfg = base_cfg(tmp_path, time_budget_min=1e-6, eval_every=0)
-    summary = train(BigramTask({}, target), cfg, target, factory(data), [])
+    summary = train_drafter(BigramTask({}, target), cfg, target, factory(data), prompts=[])
     assert summary["stop_reason"] == "time_budget" and summary["steps"] == 1
-    assert summary["eval_prompts"] == 0 and summary["eval_history"] == []
+    assert "eval_tau_mean" not in summary and summary["eval_history"] == []
     assert latest_state(tmp_path)[0] == 1
     assert (tmp_path / "export" / "params.npz").exists()
+
+
+def test_a_tasks_own_optimizer_evaluation_and_export_fields(target, data, tmp_path):
+    """A task may bring its optimizer (here: plain SGD at a constant LR); `evaluate` results are
+    logged and its last one, with the fields `export` returns, lands in the summary."""
+
+    class Own(BigramTask):
+        def optimizer(self, cfg):
+            return optax.sgd(0.5), optax.constant_schedule(0.5)
+
+        def export(self, params, out_dir):
+            super().export(params, out_dir)
+            return {"exported_norm": float(optax.tree.norm(params))}
+
+    task = Own({}, target)
+    first = task.init_params(jax.random.key(0))  # the trainer's init (seed 0)
+    train(task, base_cfg(tmp_path / "one", max_steps=1, eval_every=0), factory(data))
+    batch = next(factory(data)(None))
+    grads = jax.grad(lambda p: task.loss_fn(p, task.frozen(), batch, jax.random.fold_in(jax.random.key(0), 0))[0])(first)
+    _, state, _, _ = latest_state(tmp_path / "one")
+    for got, p, g in zip(jax.tree.leaves(state["params"]), jax.tree.leaves(first), jax.tree.leaves(grads), strict=True):
+        np.testing.assert_allclose(got, p - 0.5 * g, rtol=1e-5, atol=1e-7)  # one SGD step, not AdamW
+
+    evaluate = lambda params: {"val_norm": float(optax.tree.norm(params))}  # noqa: E731
+    summary = train(task, base_cfg(tmp_path / "five", max_steps=5, eval_every=2), factory(data), evaluate)
+    recs = log_records(tmp_path / "five")
+    assert [r["lr"] for r in recs if "loss" in r] == [0.5] * 5
+    evals = [r for r in recs if "loss" not in r]
+    assert [r["step"] for r in evals] == [2, 4, 5]  # every eval_every steps, and at the end
+    assert [e["step"] for e in summary["eval_history"]] == [2, 4, 5]
+    _, state, _, _ = latest_state(tmp_path / "five")
+    final_norm = float(optax.tree.norm(state["params"]))
+    assert summary["val_norm"] == evals[-1]["val_norm"] == pytest.approx(final_norm)
+    assert summary["exported_norm"] == pytest.approx(final_norm)
+
+    with pytest.raises(ValueError, match=r"evaluation names \['loss'\] are reserved"):
+        train(task, base_cfg(tmp_path / "bad", max_steps=2, eval_every=1), factory(data),
+              lambda params: {"loss": 0.0})
 
 
 # -------------------------------------------------------------------------------- registry

@@ -4,9 +4,11 @@
     specblock-train <kind> --config configs/drafters/<kind>.yaml [key=value ...]
     specblock-train blockpilot {labels,train} [--config configs/drafters/blockpilot.yaml] [...]
 
-`target` runs `train.train_target`; `blockpilot` runs `train.blockpilot` (its labels and its
-policy, whose options it takes as they are). Any other kind is a drafter kind with a training task in the
-drafter registry (`specblock_jax.drafters.registry`). For a drafter kind the config is the YAML
+Every run goes through the one trainer (`specblock_jax.training.trainer.train`). `target` runs
+`train.train_target` (the target's task, `specblock_jax.training.target_task`); `blockpilot` runs
+`train.blockpilot` (its labels, and its policy's registered task, with their options as they are).
+Any other kind is a drafter kind with a training task in the drafter registry
+(`specblock_jax.drafters.registry`). For a drafter kind the config is the YAML
 merged over `CLI_DEFAULTS`, `trainer.TRAINER_DEFAULTS` (configs/drafters/README.md lists them) and
 the kind's settings dataclass (`Task.Settings`), then the `key=value` overrides, each typed like
 the value it replaces; an unknown key is refused. The run:
@@ -16,8 +18,8 @@ the value it replaces; an unknown key is refused. The run:
   3. takes the first `eval_num_prompts` evaluation prompts: from the prompt JSONL `eval_prompts`
      ({"id", "prompt"} per line) if set, else the distinct prompts of the regen validation split;
   4. builds the task from the kind's own keys (`registry.get(kind).task(settings, target)`, which
-     parses them into its frozen settings dataclass) and runs `trainer.train` (resumable: rerun the
-     same command after an interruption).
+     parses them into its frozen settings dataclass) and runs `trainer.train` with the tau
+     evaluation (`trainer.tau_evaluator`; resumable: rerun the same command after an interruption).
 
 `--mesh data=4,model=2` runs the drafter's train step sharded (FSDP + tensor parallel, batch over
 "data"); checkpoints restore onto any mesh shape. Multi-host: `--coordinator/--num-processes/
@@ -46,7 +48,7 @@ from specblock_jax import parallel
 from specblock_jax.training.regen_dataset import BatchIterator, build_tfds
 from specblock_jax.drafters import draft_vocab, registry
 from specblock_jax.drafters.io import record_chat
-from specblock_jax.training.trainer import TRAINER_DEFAULTS, train
+from specblock_jax.training.trainer import TRAINER_DEFAULTS, tau_evaluator, train
 from train import train_target
 
 # Keys the command line reads for a drafter run, with their defaults.
@@ -187,7 +189,7 @@ def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str,
     if initial is not None:
         initial = check_initial(task, *initial)
         task.init_params = lambda key: initial  # a fresh run starts from it; a resumed one from its checkpoint
-    summary = train(task, cfg, target, data_iter_factory, prompts, mesh=mesh)
+    summary = train(task, cfg, data_iter_factory, tau_evaluator(task, target, prompts, cfg, mesh), mesh=mesh)
     chat = regen_chat_format(cfg["regen_dir"])
     if chat and jax.process_index() == 0:  # serving checks it (sbj.load_drafter(..., chat=...))
         record_chat(cfg["out_dir"], chat)
@@ -237,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
 
         blockpilot.main(argv[1:], prog="specblock-train blockpilot")
         return
-    kinds = ["target", *registry.kinds(trainable=True), "blockpilot"]
+    kinds = ["target", *registry.kinds(trainable=True)]
     parser = argparse.ArgumentParser(
         prog="specblock-train", description=__doc__.split("\n\n")[0],
         epilog=f"kinds: {', '.join(kinds)}")
@@ -254,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
     parallel.distributed.initialize_from_args(args)  # before any other JAX call
     if args.kind == "target" and (args.mesh or jax.process_count() > 1):
         parser.error("--mesh and multi-host runs apply to drafter kinds; the target trainer "
-                     "(train/train_target.py) runs on one device")
+                     "runs on one device")
     mesh = None
     if args.mesh or jax.process_count() > 1:
         try:
@@ -271,8 +273,8 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as e:
         parser.error(str(e))
     summary = train_drafter(args.kind, cfg, mesh=mesh)
-    print(json.dumps({k: summary[k] for k in ("steps", "stop_reason", "eval_tau_mean",
-                                              "eval_tau_median", "out_dir")}))
+    print(json.dumps({k: summary.get(k) for k in ("steps", "stop_reason", "eval_tau_mean",
+                                                  "eval_tau_median", "out_dir")}))
 
 
 if __name__ == "__main__":
