@@ -1,5 +1,5 @@
 """BlockPilot: features, per-sequence block sizes in one batch == each sequence alone, policy
-training, save/load."""
+training (the registered task through the one trainer, and its CLI), save/load."""
 
 from __future__ import annotations
 
@@ -12,13 +12,15 @@ import numpy as np
 import pytest
 
 import specblock_jax as sbj
+from specblock_jax.drafters import registry
 from specblock_jax.drafters.blockpilot import (BlockPilotDrafter, PolicyConfig, choose, features,
                                                init_policy, save_blockpilot)
+from specblock_jax.drafters.blockpilot_train import PolicyData, prefill_features
 from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.io import load_drafter, save_drafter
+from specblock_jax.training.trainer import train
 from conftest import peaked_tiny_target
-from train.blockpilot import train_policy
 
 V = 8
 SIZES = (2, 3, 4)
@@ -122,15 +124,43 @@ def test_key_index_makes_a_split_job_sample_as_the_whole(target):
         sbj.generate(target, prompts[3:7], key_index=[0, 1], **kw)
 
 
-def test_policy_learns_a_separable_labelling():
-    rng = np.random.default_rng(0)
+def _separable(seed: int = 0) -> PolicyData:
+    """200 points of 5 features, labelled by two thresholds; tau 3 at the labelled size, else 1."""
+    rng = np.random.default_rng(seed)
     x = rng.normal(size=(200, 5)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 1).astype(np.int32)
-    c = PolicyConfig((10, 11, 12), "topk", 4, 0, 32)
-    graphdef, params, loss = train_policy(x, y, c, steps=150, lr=3e-3, dropout=0.1, seed=0)
+    tau = np.stack([np.where(y == k, 3.0, 1.0) + rng.random(200) * 0.1 for k in range(3)], 1)
+    return PolicyData(x, y, tau)
+
+
+@pytest.mark.parametrize("loss", ["ce", "regret"])
+def test_the_registered_policy_task_learns_a_separable_labelling(target, pilot, loss, tmp_path):
+    """The "blockpilot" kind's task trains through the one trainer (full batch) and exports a
+    drafter folder that loads with the policy it trained, standardisation included."""
+    task_cls = registry.get("blockpilot").task
+    data, heldout = _separable(0), _separable(1)
+    task = task_cls({"sizes": list(SIZES), "top_k": 4, "width": 32, "dropout": 0.1, "loss": loss},
+                    target, data, heldout)
+    run = tmp_path / "run"
+    cfg = {"run_dir": str(run), "out_dir": str(run / "export"), "lr": 3e-3, "b1": 0.9, "b2": 0.999,
+           "weight_decay": 0.05, "max_steps": 150, "log_every": 1, "eval_every": 50, "ckpt_every": 150}
+    summary = train(task, cfg, task.batches, task.evaluate)
+    assert summary["train"]["accuracy"] > 0.9 and summary["heldout"]["accuracy"] > 0.85
+    assert summary["last_train_record"]["loss"] < (0.4 if loss == "ce" else 0.3)
+    assert summary["heldout"]["mean_tau_chosen"] > 0.9 * summary["heldout"]["mean_tau_oracle"]
+    assert [r["step"] for r in summary["eval_history"]] == [50, 100, 150]
+    assert summary["eval_accuracy"] == summary["heldout"]["accuracy"]
+    assert summary["tokens_seen"] == 150 * 200  # a full batch of 200 prompts a step
+    # the export drives a DFlash folder beside it ("../dflash") and holds the trained policy
+    _, drafter, params = pilot
+    save_drafter(drafter.dflash, params["dflash"]["draft"], run / "dflash", dtype="float32")
+    loaded, lp = load_drafter(run / "export", target)
+    assert loaded.policy.sizes == SIZES and loaded.policy.in_dim == 5
     from flax import nnx
-    pred = np.asarray(jnp.argmax(nnx.merge(graphdef, params)(jnp.asarray(x)), -1))
-    assert np.mean(pred == y) > 0.9 and loss < 0.4
+    policy = nnx.merge(loaded.policy_graphdef, lp["policy"])
+    pred = np.asarray(jnp.argmax(policy(jnp.asarray(heldout.features)), -1))
+    assert np.mean(pred == heldout.labels) == summary["heldout"]["accuracy"]
+    np.testing.assert_allclose(np.asarray(lp["policy"]["mean"]), data.features.mean(0), rtol=1e-6)
 
 
 def test_save_and_load_round_trip(target, pilot, tmp_path):
@@ -176,6 +206,39 @@ def test_specblock_train_runs_the_blockpilot_cli(capsys):
     assert exit_info.value.code == 2 and "--out" in capsys.readouterr().err
 
 
+def test_specblock_train_blockpilot_train_makes_a_drafter_from_label_folders(tmp_path, capsys):
+    """`specblock-train blockpilot train` on a label folder (written here): the shipped target's
+    prefill features, the registered task through the trainer, a drafter folder that drives the
+    shipped DFlash drafter and chooses as its report says."""
+    from pathlib import Path
+
+    from train import cli
+    root = Path(__file__).resolve().parents[1]
+    prompts = root / "assets" / "prompts" / "heldout.jsonl"
+    records = [json.loads(x) for x in prompts.read_text().splitlines()[:6]]
+    labels = tmp_path / "labels"
+    taus = {4: [2.0, 1.0, 1.0, 2.0, 1.0, 1.0], 6: [1.0, 2.5, 1.0, 1.0, 2.5, 1.0], 8: [1.0, 1.0, 3.0, 1.0, 1.0, 3.0]}
+    _label_folder(labels, taus, {4: 10.0, 6: 12.0, 8: 14.0}, ids=[r["id"] for r in records])
+    dflash = root / "assets" / "drafters" / "dflash"
+    (labels / "settings.json").write_text(json.dumps({"prompts": str(prompts), "dflash": str(dflash)}))
+    out = tmp_path / "bp"
+    cli.main(["blockpilot", "train", "--target", str(root / "assets" / "target"), "--labels", str(labels),
+              "--eval-labels", str(labels), "--steps", "30", "--width", "16", "--run-dir", str(tmp_path / "runs"),
+              "--out", str(out), "--dflash-dir", str(dflash)])
+    report = json.loads((out / "report.json").read_text())
+    assert (report["metric"], report["loss"], report["policy"]["sizes"]) == ("speed", "ce", [4, 6, 8])
+    assert report["train"]["mean_tau_oracle"] == pytest.approx(np.mean([2.0, 2.5, 3.0, 2.0, 2.5, 3.0]))
+    summary = json.loads((tmp_path / "runs" / "topk_speed_ce" / "summary.json").read_text())
+    assert summary["steps"] == 30 and summary["train"] == report["train"]
+    target = sbj.load_target(root / "assets" / "target")
+    drafter, params = sbj.load_drafter(out, target)
+    assert isinstance(drafter, BlockPilotDrafter) and drafter.policy.sizes == (4, 6, 8)
+    x = prefill_features(target, [r["prompt"] for r in records], "topk", 32)
+    from flax import nnx
+    pred = np.asarray(jnp.argmax(nnx.merge(drafter.policy_graphdef, params["policy"])(jnp.asarray(x)), -1))
+    assert np.bincount(pred, minlength=3).tolist() == report["train"]["predicted_counts"]
+
+
 def test_oracle_labels_break_ties_toward_the_training_size():
     from train.blockpilot import oracle_labels
     sizes = [4, 8, 16]
@@ -188,11 +251,12 @@ def test_oracle_labels_break_ties_toward_the_training_size():
     assert oracle_labels(np.asarray([[1.0, 1.0, 1.0]]), [12, 14, 18], prefer=16) == [1]  # 14, 18 both 2 away
 
 
-def _label_folder(folder, taus: dict[int, list[float]], step_ms: dict[int, float] | None):
+def _label_folder(folder, taus: dict[int, list[float]], step_ms: dict[int, float] | None, ids=None):
     folder.mkdir(parents=True, exist_ok=True)
+    ids = ids or [f"p{i}" for i in range(len(next(iter(taus.values()))))]
     for size, row in taus.items():
-        (folder / f"size_{size}.jsonl").write_text("".join(json.dumps({"id": f"p{i}", "tau": t}) + "\n"
-                                                          for i, t in enumerate(row)))
+        (folder / f"size_{size}.jsonl").write_text("".join(json.dumps({"id": i, "tau": t}) + "\n"
+                                                          for i, t in zip(ids, row)))
     if step_ms is not None:
         (folder / "costs.json").write_text(json.dumps({"step_ms": {str(s): ms for s, ms in step_ms.items()}}))
 

@@ -19,34 +19,35 @@ already profiled, are skipped.
 acceptance length (`--metric tau`, kept for comparison) or the best measured decoding speed
 (`--metric speed`, the default: the prompt's tau at that size / the size's step cost, tokens per
 ms at batch 1), ties to the size nearest the DFlash drafter's training block size
-(then the smaller). Features are computed from the target's
-prefill logits (`specblock_jax.drafters.blockpilot.features`); the MLP trains with AdamW and
-dropout on the train labels, reports accuracy against the oracle labels of `--eval-labels`
-(held-out prompts) and the mean tau the chosen sizes reach there, saves an orbax checkpoint in
-`--run-dir` and writes the BlockPilot drafter folder to `--out`.
+(then the smaller). Features are computed from the target's prefill logits
+(`specblock_jax.drafters.blockpilot_train.prefill_features`). The policy trains as the registered
+"blockpilot" task (`BlockPilotTask`) through the one trainer: full-batch AdamW (constant `--lr`,
+betas 0.9 / 0.999, weight decay 0.05 on every parameter) with dropout on the train labels for
+`--steps` steps, evaluated every 100 steps and at the end on the oracle labels of
+`--eval-labels` (held-out prompts): accuracy and the mean tau the chosen sizes reach there. The
+run goes to `<--run-dir>/<features>_<metric>_<loss>/` (metrics.jsonl, checkpoints, summary.json,
+report.json; each `train` starts that run afresh: it takes seconds), the BlockPilot drafter
+folder to `--out` (default: the run's export/), with report.json beside it.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import time
+import shutil
 from pathlib import Path
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
-from flax import nnx
 from tqdm import tqdm
 
 import specblock_jax as sbj
 from infer.decode import read_prompts
-from specblock_jax.decoding.generate import encode_prompts, length_bucket
+from specblock_jax.decoding.generate import encode_prompts
 from specblock_jax.decoding.prompt_profile import median_step_profile
 from specblock_jax.decoding.step_profile import step_ms
-from specblock_jax.drafters.blockpilot import PolicyConfig, features, init_policy, save_blockpilot
+from specblock_jax.drafters import registry
+from specblock_jax.drafters.blockpilot_train import PolicyData, prefill_features
+from specblock_jax.training.trainer import train
 
 
 def _done(path: Path) -> set[str]:
@@ -174,97 +175,33 @@ def summarise(folder: Path, prefer: int | None = None) -> dict:
     return out
 
 
-def prefill_features(target, prompts: dict[str, str], ids: list[str], kind: str, top_k: int) -> np.ndarray:
-    """[len(ids), F] features of the target's next-token distribution after each prompt."""
-    toks = encode_prompts(target, [prompts[i] for i in ids])
-    out = []
-    for start in range(0, len(toks), 32):
-        part = toks[start:start + 32]
-        width = length_bucket(max(len(t) for t in part))
-        arr = np.zeros((len(part), width), np.int32)
-        mask = np.zeros_like(arr)
-        for r, t in enumerate(part):
-            arr[r, :len(t)], mask[r, :len(t)] = t, 1
-        logits = sbj.forward(target, arr, mask)
-        last = jnp.asarray([len(t) - 1 for t in part])
-        out.append(np.asarray(features(logits[jnp.arange(len(part)), last], kind, top_k)))
-    return np.concatenate(out)
-
-
-def train_policy(x, y, c: PolicyConfig, steps: int, lr: float, dropout: float, seed: int,
-                 tau: np.ndarray | None = None, objective: str = "ce"):
-    """Full-batch AdamW on features x [n, F]. objective "ce": cross-entropy on the oracle labels y [n];
-    "regret": the expected tau lost to the oracle, sum_s policy(s) * (max tau - tau_s), which
-    weighs each mistake by what it costs (ties cost nothing). Returns (graphdef, params, loss)."""
-    graphdef, params = init_policy(c, seed)
-    params["mean"] = jnp.asarray(x.mean(0))
-    params["std"] = jnp.asarray(x.std(0) + 1e-6)
-    frozen = {"mean": params.pop("mean"), "std": params.pop("std")}
-    tx = optax.adamw(lr, weight_decay=0.05)
-    opt = tx.init(params)
-    xs, ys = jnp.asarray(x), jnp.asarray(y)
-    gap = jnp.asarray(tau.max(1, keepdims=True) - tau, jnp.float32) if objective == "regret" else None
-
-    @jax.jit
-    def step(params, opt, key):
-        def loss_fn(p):
-            logits = nnx.merge(graphdef, {**p, **frozen})(xs, dropout, key)
-            if objective == "regret":
-                return jnp.sum(jax.nn.softmax(logits, -1) * gap, -1).mean()
-            return optax.softmax_cross_entropy_with_integer_labels(logits, ys).mean()
-
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt = tx.update(grads, opt, params)
-        return optax.apply_updates(params, updates), opt, loss
-
-    for i in range(steps):
-        params, opt, last = step(params, opt, jax.random.key(seed * 100003 + i))
-    return graphdef, {**params, **frozen}, float(last)
-
-
-def evaluate(graphdef, params, x, labels, tau) -> dict:
-    pred = np.asarray(jnp.argmax(nnx.merge(graphdef, params)(jnp.asarray(x)), -1))
-    chosen = tau[np.arange(len(pred)), pred]
-    return {"accuracy": float(np.mean(pred == np.asarray(labels))), "mean_tau_chosen": float(chosen.mean()),
-            "mean_tau_oracle": float(tau.max(1).mean()),
-            "mean_tau_fixed": [float(v) for v in tau.mean(0)],
-            "majority_accuracy": float(np.mean(np.asarray(labels) == np.bincount(labels).argmax())),
-            "predicted_counts": np.bincount(pred, minlength=tau.shape[1]).tolist()}
-
-
 def train_cmd(args) -> None:
-    import orbax.checkpoint as ocp
-
     target = sbj.load_target(args.target)
-    folders = {"train": Path(args.labels), "eval": Path(args.eval_labels)}
-    data = {}
-    for split, folder in folders.items():
+    data, sizes = {}, {}
+    for split, folder in (("train", Path(args.labels)), ("heldout", Path(args.eval_labels))):
         settings = json.loads((folder / "settings.json").read_text())
-        ids, sizes, tau, labels = read_labels(folder, args.metric, training_block_size(settings["dflash"]))
+        ids, sizes[split], tau, labels = read_labels(folder, args.metric, training_block_size(settings["dflash"]))
         recs, _ = read_prompts(Path(settings["prompts"]))
         prompts = {r["id"]: r["prompt"] for r in recs}
-        data[split] = (prefill_features(target, prompts, ids, args.features, args.top_k), labels, tau, sizes)
-    sizes = data["train"][3]
-    if data["eval"][3] != sizes:
-        raise SystemExit(f"eval labels have sizes {data['eval'][3]}, train labels {sizes}")
-    c = PolicyConfig(tuple(sizes), args.features, args.top_k, target.config.vocab_size, args.width)
-    t0 = time.perf_counter()
-    graphdef, params, loss = train_policy(data["train"][0], np.asarray(data["train"][1]), c, args.steps,
-                                          args.lr, args.dropout, args.seed, data["train"][2], args.loss)
-    report = {"policy": dataclasses.asdict(c), "metric": args.metric, "loss": args.loss, "train_loss": loss,
-              "train_s": time.perf_counter() - t0,
-              "train": evaluate(graphdef, params, *data["train"][:3]),
-              "heldout": evaluate(graphdef, params, *data["eval"][:3])}
-    run_dir = Path(args.run_dir).absolute()
-    ckpt = ocp.StandardCheckpointer()
-    tag = f"{args.features}_{args.metric}_{args.loss}"
-    ckpt.save(run_dir / f"policy_{tag}", params, force=True)
-    ckpt.wait_until_finished()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / f"report_{tag}.json").write_text(json.dumps(report, indent=2))
-    if args.out:
-        save_blockpilot(args.out, c, params, args.dflash_dir)
-        (Path(args.out) / "report.json").write_text(json.dumps(report, indent=2))
+        x = prefill_features(target, [prompts[i] for i in ids], args.features, args.top_k)
+        data[split] = PolicyData(x, np.asarray(labels, np.int32), tau)
+    if sizes["heldout"] != sizes["train"]:
+        raise SystemExit(f"eval labels have sizes {sizes['heldout']}, train labels {sizes['train']}")
+    run_dir = Path(args.run_dir) / f"{args.features}_{args.metric}_{args.loss}"
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # a fresh run, not a resumed one
+    cfg = {"run_dir": str(run_dir), "out_dir": args.out or str(run_dir / "export"), "seed": args.seed,
+           "lr": args.lr, "b1": 0.9, "b2": 0.999, "weight_decay": 0.05, "max_steps": args.steps,
+           "log_every": 1, "eval_every": 100, "ckpt_every": args.steps}
+    task = registry.get("blockpilot").task(
+        {"sizes": sizes["train"], "features": args.features, "top_k": args.top_k, "width": args.width,
+         "loss": args.loss, "dropout": args.dropout, "dflash_dir": args.dflash_dir},
+        target, data["train"], data["heldout"])
+    summary = train(task, cfg, task.batches, task.evaluate)
+    report = {"policy": summary["policy"], "metric": args.metric, "loss": args.loss,
+              "train_loss": summary["last_train_record"]["loss"], "train_s": summary["elapsed_s"],
+              "train": summary["train"], "heldout": summary["heldout"]}
+    for folder in (run_dir, Path(cfg["out_dir"])):
+        (folder / "report.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
 
 
@@ -319,7 +256,7 @@ def parsers(prog: str) -> tuple[argparse.ArgumentParser, dict[str, argparse.Argu
     tr.add_argument("--dropout", type=float, default=0.2)
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--run-dir", default="runs/dflash_blockpilot")
-    tr.add_argument("--out", default="")
+    tr.add_argument("--out", default="", help="the drafter folder; default: <run>/export")
     tr.add_argument("--dflash-dir", default="../dflash")
     return p, {"labels": lab, "train": tr}
 

@@ -6,7 +6,8 @@ at temperature 1):
     "full": the whole probability vector (V numbers; BlockPilot's own choice)
 standardised with the training set's mean and std (stored with the policy). The policy is an MLP
 Linear(F -> W) -> ReLU -> [Linear(W -> W) + residual -> ReLU] -> Linear(W -> C) over the C
-candidate sizes (`sizes`, e.g. 14..18), trained with cross-entropy on oracle labels (train/blockpilot.py).
+candidate sizes (`sizes`, e.g. 14..18), trained with cross-entropy on oracle labels
+(`blockpilot_train.BlockPilotTask`, which registers the kind).
 
 `BlockPilotDrafter` wraps a `DFlashDrafter` whose static block size is max(sizes). Served by
 `sbj.generate` (one device, no adapter, `masked` False), it is a routing drafter (decoding/routed.py): each request
@@ -38,7 +39,6 @@ from safetensors.numpy import load_file, save_file
 
 from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.io import fill_params, flatten_params, load_drafter
-from specblock_jax.drafters.registry import DrafterKind, register
 
 FEATURE_KINDS = ("topk", "full")
 
@@ -90,7 +90,8 @@ class PolicyMLP(nnx.Module):
         return self.out(h)
 
 
-def init_policy(c: PolicyConfig, seed: int = 0) -> tuple[nnx.GraphDef, dict]:
+def init_policy(c: PolicyConfig, seed: int | jax.Array = 0) -> tuple[nnx.GraphDef, dict]:
+    """(graphdef, params) of a randomly initialised policy (mean 0, std 1); seed: an int or a key."""
     graphdef, state = nnx.split(PolicyMLP(c, rngs=nnx.Rngs(seed)))
     return graphdef, nnx.to_pure_dict(state)
 
@@ -186,6 +187,3 @@ def _load_policy(path: Path, template: dict) -> dict:
     if flat:
         raise ValueError(f"{path}: unexpected tensors {sorted(flat)}")
     return params
-
-
-register(DrafterKind("blockpilot", load=load_blockpilot))

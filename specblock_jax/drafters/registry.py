@@ -6,7 +6,8 @@ A kind is the name written as "kind" in a drafter folder's `config.json` ("eagle
     register(DrafterKind(
         name="eagle3",                 # config.json "kind"; also `Eagle3Drafter.kind`
         load=load_eagle3,              # (path, meta, target, dtype, decoding) -> (Drafter, params)
-        task=Eagle3Task,               # optional: builder(TrainConfig, Target) -> TrainTask
+        task=Eagle3Task,               # optional: builder(TrainConfig, Target) -> TrainTask (BlockPilot's
+                                       #   policy task also takes its data: blockpilot_train.py)
         objective=eagle3_objective,    # optional: serving-time adaptation loss (adaptation/objective.py)
     ))
 
