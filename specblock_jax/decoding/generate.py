@@ -146,7 +146,7 @@ def generate(
     (segments) and `total_time_s` is the wall time of the segment it finished in.
     refill_rows: with refill, the loop returns to the host once this many rows are free (while
     requests wait); 1 (default) refills every finished row at once, more means fewer returns and
-    larger inserts for some idle row-steps (docs/continuous_batching.md measures both).
+    larger inserts for some idle row-steps (benchmarks/refill/ measures both).
     """
     if isinstance(drafter, AutoServe):
         if key_index is not None:

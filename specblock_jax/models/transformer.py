@@ -8,7 +8,7 @@ causal prefill, one-token decode, tree verification and block drafting all diffe
 The L decoder layers are one stacked module (every weight has a leading [L] axis) run by
 `jax.lax.scan`, so compilation does not grow with depth; the KV cache is
 stacked the same way ([L, B, K, S, D], kv heads before slots) and rides in the scan's carry, each layer writing its new
-entries in place (scripts/scan_vs_unrolled.py measures compile time and decode speed).
+entries in place (benchmarks/scan_layers/ measures compile time and decode speed).
 """
 
 from __future__ import annotations
