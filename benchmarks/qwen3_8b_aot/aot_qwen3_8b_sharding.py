@@ -29,7 +29,8 @@ import jax.numpy as jnp  # noqa: E402
 
 import specblock_jax as sbj  # noqa: E402
 from specblock_jax import parallel  # noqa: E402
-from specblock_jax.drafters.eagle3 import abstract_eagle3  # noqa: E402
+from specblock_jax.drafters.common import abstract_model  # noqa: E402
+from specblock_jax.drafters.eagle3 import Eagle3Model  # noqa: E402
 from specblock_jax.drafters.eagle3_train import Eagle3Task  # noqa: E402
 from specblock_jax.models.target import abstract_target  # noqa: E402
 from specblock_jax.parallel.mesh import tree_bytes  # noqa: E402
@@ -54,7 +55,7 @@ def main(argv=None) -> dict:
     graphdef, abstract_params = abstract_target(cfg)
     target = sbj.Target(cfg, graphdef, abstract_params)
     task = Eagle3Task({"ttt_steps": 7}, target)
-    _, drafter = abstract_eagle3(task.config)  # what task.init_params returns, abstractly
+    _, drafter = abstract_model(Eagle3Model, task.config)  # what task.init_params returns, abstractly
     tx, _ = make_optimizer(with_defaults({"run_dir": "x", "out_dir": "x"}))
     mesh = parallel.make_mesh(f"data={DATA},model={MODEL}")
     plan = parallel.ShardingPlan(mesh, fsdp=args.fsdp != "none")
