@@ -13,7 +13,7 @@ def plot_auto(rows: list[dict], path: Path) -> None:
     order), x = requests decoded before the chunk; explored chunks drawn as open circles."""
     import matplotlib
 
-    from infer.bench import method_label  # (bench imports this module)
+    from .bench import method_label  # (bench imports this module)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -68,12 +68,14 @@ import numpy as np
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from infer.auto_plot import plot_auto
-from infer.decode import DEFAULT_TARGET, cli_method, make_adapter, read_prompts
+from specblock_jax import read_prompts
 from specblock_jax.decoding.calibrate import GRIDS, calibrate, default_grid, with_setting
 from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.methods import resolve_drafter, split_adapt
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
+
+from .auto_plot import plot_auto
+from .decode import DEFAULT_TARGET, cli_method, make_adapter
 
 
 def method_label(method: str) -> str:
@@ -128,8 +130,9 @@ def split_oracle(method: str) -> tuple[str, str | None]:
 
 def oracle_method(drafter, folder: str, target, method: str):
     """The routing drafter `drafter` with each request routed to its label's best size
-    (`train.blockpilot.oracle_table`: measured speed, ties to the training block size)."""
-    from train.blockpilot import oracle_table
+    (`specblock_jax.drafters.blockpilot_labels.oracle_table`: measured speed, ties to the training
+    block size)."""
+    from specblock_jax.drafters.blockpilot_labels import oracle_table
     from specblock_jax.decoding.generate import encode_prompts
     from specblock_jax.decoding.routed import TableRoutes, is_routing
 

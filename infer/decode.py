@@ -53,55 +53,6 @@ from specblock_jax.training import chat
 
 log = logging.getLogger("specblock-decode")
 DEFAULT_TARGET = "assets/target"
-DEFAULT_TOKENIZER = "assets/tokenizer"
-
-
-def read_prompts(path: Path, conversations: bool = False) -> tuple[list[dict], list[dict]]:
-    """(valid records, error records). Records are keyed by id, error records by "line N".
-    conversations: conversation records ("messages") are read (else they are error records)."""
-    records, errors, seen = [], [], set()
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                errors.append({"key": f"line {n}", "id": None, "line": n, "error": f"invalid JSON ({e.msg})"})
-                continue
-            rid = str(rec["id"]) if isinstance(rec, dict) and rec.get("id") is not None else None
-            err, messages = None, None
-            if isinstance(rec, dict) and rid is not None and ("messages" in rec or "conversations" in rec):
-                if not conversations:
-                    err = "a conversation record, not read here (a prompt file of {id, prompt})"
-                try:
-                    messages = chat.parse_record(rec, prompt=True)
-                except chat.ChatRecordError as e:
-                    err = err or str(e)
-            elif not isinstance(rec, dict) or rid is None or not isinstance(rec.get("prompt"), str):
-                err = "expected an object with 'id' and a string 'prompt' (or 'messages')"
-            elif not rec["prompt"]:
-                err = "empty prompt"
-            elif rid in seen:
-                err = "duplicate id"
-            elif not _optional_number(rec, "max_new_tokens", int) or not _optional_number(rec, "temperature", float):
-                err = "max_new_tokens must be a positive integer and temperature a number >= 0"
-            if err:
-                errors.append({"key": f"line {n}", "id": rid, "line": n, "error": err})
-                continue
-            seen.add(rid)
-            records.append({"key": rid, "id": rid, "line": n, "prompt": rec.get("prompt"), "messages": messages,
-                            "max_new_tokens": rec.get("max_new_tokens"), "temperature": rec.get("temperature")})
-    return records, errors
-
-
-def _optional_number(rec: dict, name: str, kind) -> bool:
-    value = rec.get(name)
-    if value is None:
-        return True
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
 def done_keys(out: Path) -> set[str]:
@@ -137,15 +88,11 @@ class Appender:
 
 
 def load_target(args) -> sbj.Target:
-    if args.random_target:
-        tok = sbj.models.load_tokenizer(DEFAULT_TOKENIZER)
-        cfg = sbj.models.config.tiny(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                                     eos_token_ids=(tok.eos_token_id,), max_position_embeddings=4096)
-        return sbj.init_target(cfg, seed=args.seed, tokenizer=tok)
-    target = sbj.load_target(args.target)
-    if target.tokenizer is None:
-        raise SystemExit(f"{args.target}: the checkpoint has no tokenizer files; text prompts need one")
-    return target
+    """The checkpoint at --target, or with --random-target a random tiny Qwen3 (4096 positions)."""
+    try:
+        return sbj.models.load_text_target(None if args.random_target else args.target, seed=args.seed)
+    except sbj.CheckpointError as e:
+        raise SystemExit(str(e)) from None
 
 
 def cli_method(method: str, target: sbj.Target | None = None, chat_format: dict | None = None):
@@ -336,7 +283,7 @@ def main(argv=None) -> int:
         log.info("mesh %s over %d devices, %d processes", parallel.mesh_str(mesh),
                  jax.device_count(), jax.process_count())
     target = load_target(args)
-    records, errors = read_prompts(args.prompts, conversations=True)
+    records, errors = sbj.read_prompts(args.prompts, conversations=True)
     tok, fmt = chat_setup(args, target, any(r["messages"] for r in records))
     drafter = cli_method(args.method, target, fmt.record(tok) if tok is not None else None)
     adapter = None

@@ -20,8 +20,8 @@ from specblock_jax import _quiet  # noqa: F401  (first: silences transformers' n
 # training, TFDS data) is imported on demand.
 from specblock_jax import adaptation, decoding, drafters, models, parallel, trees
 
-# Decoding: batched generation, autoregressive or speculative, and what it returns.
-from specblock_jax.decoding import GenerationResult, GenerationStats, SamplingParams, generate
+# Decoding: batched generation, autoregressive or speculative, what it returns, prompt files.
+from specblock_jax.decoding import GenerationResult, GenerationStats, SamplingParams, generate, read_prompts
 
 # Drafters: folders of any registered kind.
 from specblock_jax.drafters.io import load_drafter, save_drafter
@@ -43,7 +43,7 @@ from specblock_jax.models import (
 
 __all__ = [
     "adaptation", "decoding", "drafters", "models", "parallel", "trees",
-    "GenerationResult", "GenerationStats", "SamplingParams", "generate",
+    "GenerationResult", "GenerationStats", "SamplingParams", "generate", "read_prompts",
     "load_drafter", "save_drafter",
     "CheckpointError", "KVCache", "ModelConfig", "RopeConfig", "Target", "UnsupportedModelError",
     "forward", "init_cache", "init_target", "load_target", "save_target",

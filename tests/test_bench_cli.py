@@ -9,8 +9,8 @@ import re
 import pytest
 
 from conftest import export_random_eagle3
-from infer import bench
 from specblock_jax.decoding.compiled import cached_count
+from specblock_jax_cli.infer import bench
 
 PHASES_MS = ("propose_ms", "update_ms", "tree_forward_ms", "verify_ms", "forward_1_ms")
 STEP_KEYS = {*PHASES_MS, "draft_ms_per_step", "verify_ms_per_step", "ideal_speedup", "achieved_over_ideal",

@@ -195,7 +195,7 @@ def test_shipped_blockpilot_drafter_loads_and_is_lossless():
 
 
 def test_specblock_train_runs_the_blockpilot_cli(capsys):
-    from train import cli
+    from specblock_jax_cli.train import cli
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["blockpilot", "--help"])
     assert exit_info.value.code == 0
@@ -212,7 +212,7 @@ def test_specblock_train_blockpilot_train_makes_a_drafter_from_label_folders(tmp
     shipped DFlash drafter and chooses as its report says."""
     from pathlib import Path
 
-    from train import cli
+    from specblock_jax_cli.train import cli
     root = Path(__file__).resolve().parents[1]
     prompts = root / "assets" / "prompts" / "heldout.jsonl"
     records = [json.loads(x) for x in prompts.read_text().splitlines()[:6]]
@@ -240,7 +240,7 @@ def test_specblock_train_blockpilot_train_makes_a_drafter_from_label_folders(tmp
 
 
 def test_oracle_labels_break_ties_toward_the_training_size():
-    from train.blockpilot import oracle_labels
+    from specblock_jax.drafters.blockpilot_labels import oracle_labels
     sizes = [4, 8, 16]
     score = np.asarray([[2.0, 2.0, 2.0],    # three-way tie -> 16 (the training size)
                         [2.5, 2.5, 1.0],    # 4 and 8 tie -> 8 (nearer 16)
@@ -262,7 +262,7 @@ def _label_folder(folder, taus: dict[int, list[float]], step_ms: dict[int, float
 
 
 def test_speed_labels_divide_each_prompts_tau_by_its_sizes_step_cost(tmp_path):
-    from train.blockpilot import read_labels
+    from specblock_jax.drafters.blockpilot_labels import read_labels
     taus = {4: [2.0, 3.0, 1.5], 8: [3.0, 3.2, 1.5], 16: [3.2, 6.0, 1.5]}
     _label_folder(tmp_path / "a", taus, {4: 10.0, 8: 12.0, 16: 20.0})
     ids, sizes, tau, by_tau = read_labels(tmp_path / "a", "tau", prefer=8)
@@ -276,7 +276,8 @@ def test_speed_labels_divide_each_prompts_tau_by_its_sizes_step_cost(tmp_path):
 
 
 def test_label_files_resume_without_repeating_a_prompt_or_a_profile(target, pilot, tmp_path):
-    from train.blockpilot import read_labels, write_labels
+    from specblock_jax.drafters.blockpilot_labels import read_labels
+    from specblock_jax_cli.train.blockpilot import write_labels
     task, drafter, params = pilot
     save_drafter(drafter.dflash, params["dflash"]["draft"], tmp_path / "dflash", dtype="float32")
     rng = np.random.default_rng(0)
@@ -306,7 +307,7 @@ def test_blockpilot_configs_set_only_known_keys(path, tmp_path):
 
     import yaml
 
-    from train.blockpilot import apply_config, parsers
+    from specblock_jax_cli.train.blockpilot import apply_config, parsers
     p, subparsers = parsers("x")
     apply_config(Path(path), subparsers)
     cfg = yaml.safe_load(Path(path).read_text())
@@ -340,7 +341,7 @@ def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
 
 
 def test_oracle_table_maps_each_labelled_prompt_to_its_fastest_size(tmp_path):
-    from train.blockpilot import oracle_table
+    from specblock_jax.drafters.blockpilot_labels import oracle_table
     taus = {4: [2.0, 3.0, 1.5], 8: [3.0, 3.2, 1.5], 16: [3.2, 6.0, 1.5]}
     _label_folder(tmp_path, taus, {4: 10.0, 8: 12.0, 16: 20.0})
     prompts = tmp_path / "prompts.jsonl"

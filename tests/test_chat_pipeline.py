@@ -13,8 +13,8 @@ import pytest
 import specblock_jax as sbj
 from specblock_jax.drafters.io import flatten_params
 from specblock_jax.training import chat
-from infer import decode
-from train import cli, regenerate
+from specblock_jax_cli.infer import decode
+from specblock_jax_cli.train import cli, regenerate
 from chat_fixtures import chat_tokenizer
 
 CONVERSATIONS = [

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from train.build_corpus import (SPLITS, bucket_of, build_corpus, is_test_path, read_split, split_of,
-                                write_manifest_copy)
-from train.build_prompts import extract_prompts, finalize
-from train.train_tokenizer import SPECIAL_TOKENS, to_transformers, train_bpe, train_tokenizer
+from specblock_jax_cli.train.build_corpus import (SPLITS, bucket_of, build_corpus, is_test_path, read_split,
+                                                  split_of, write_manifest_copy)
+from specblock_jax_cli.train.build_prompts import extract_prompts, finalize
+from specblock_jax_cli.train.train_tokenizer import SPECIAL_TOKENS, to_transformers, train_bpe, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER_DIR = ROOT / "assets" / "tokenizer"
@@ -349,7 +349,7 @@ def test_finalize_dedups_filters_and_samples() -> None:
 
 
 def test_package_sources_follow_the_runtime_dependency_closure(tmp_path: Path) -> None:
-    from train.build_corpus import TEST_ONLY_DISTRIBUTIONS, package_sources, runtime_distributions
+    from specblock_jax_cli.train.build_corpus import TEST_ONLY_DISTRIBUTIONS, package_sources, runtime_distributions
 
     dists = runtime_distributions("specblock-jax")
     assert {"jax", "flax", "transformers", "numpy"} <= set(dists)

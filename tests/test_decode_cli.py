@@ -14,8 +14,8 @@ import pytest
 
 import specblock_jax as sbj
 from conftest import export_random_eagle3
-from infer import decode
 from specblock_jax.decoding import methods
+from specblock_jax_cli.infer import decode
 
 
 def _write(path, lines):
@@ -97,8 +97,9 @@ def test_sigkill_mid_run_then_rerun_yields_every_record_exactly_once(tiny_ckpt, 
     n = 24
     _write(prompts, [json.dumps({"id": f"r{i}", "prompt": f"def g{i}():\n"}) for i in range(n)])
     out = tmp_path / "out.jsonl"
-    cmd = [sys.executable, "-m", "infer.decode", "--target", str(tiny_ckpt), "--prompts", str(prompts),
-           "--out", str(out), "--max-new-tokens", "64", "--batch-size", "4", "--method", "prompt_lookup"]
+    cmd = [sys.executable, "-m", "specblock_jax_cli.infer.decode", "--target", str(tiny_ckpt),
+           "--prompts", str(prompts), "--out", str(out), "--max-new-tokens", "64", "--batch-size", "4",
+           "--method", "prompt_lookup"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     while time.time() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):

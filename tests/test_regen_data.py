@@ -14,7 +14,7 @@ import specblock_jax as sbj
 from specblock_jax.decoding.generate import encode_prompts
 from specblock_jax.training import BatchIterator, RegenDataset, build_tfds, pack_example
 from specblock_jax.training.regen_dataset import is_validation
-from train import regenerate
+from specblock_jax_cli.train import regenerate
 
 MAX_NEW = 8
 

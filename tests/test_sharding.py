@@ -131,8 +131,8 @@ def test_initialize_without_a_cluster_is_a_no_op(monkeypatch):
 
 
 def test_cli_mesh_errors_are_clear(tmp_path, capsys):
-    from infer import decode
-    from train import cli
+    from specblock_jax_cli.infer import decode
+    from specblock_jax_cli.train import cli
 
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"id": "a", "prompt": "def f():"}\n')

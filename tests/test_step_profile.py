@@ -9,12 +9,12 @@ import pytest
 
 import specblock_jax as sbj
 from conftest import peaked_tiny_target
-from infer import bench
 from specblock_jax.decoding import step_profile as sp
 from specblock_jax.decoding.compiled import cached_count, compilation_count
 from specblock_jax.decoding.generate import cache_length
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.drafters.prompt_lookup import PromptLookup
+from specblock_jax_cli.infer import bench
 
 V = 8
 PHASE_KEYS = {f"{ph}_ms" for ph in sp.PHASES}

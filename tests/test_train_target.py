@@ -23,8 +23,8 @@ from specblock_jax.models import init_target, load_target
 from specblock_jax.training import lm_data
 from specblock_jax.training.target_task import decay_mask, mean_loss, model_config, target_settings
 from specblock_jax.training.trainer import with_defaults
-from train import train_target
-from train.train_target import load_config, train
+from specblock_jax_cli.train import train_target
+from specblock_jax_cli.train.train_target import load_config, train
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENIZER = ROOT / "assets" / "tokenizer"

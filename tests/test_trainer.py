@@ -25,7 +25,7 @@ from specblock_jax.training.regen_dataset import BatchIterator, RegenDataset, is
 from specblock_jax.training.task import parse_settings
 from specblock_jax.training.trainer import (TRAINER_DEFAULTS, lr_schedule, make_optimizer, make_train_step,
                                             tau_evaluator, train, with_defaults)
-from train import cli
+from specblock_jax_cli.train import cli
 
 VOCAB = 64
 TIMING = ("tokens_per_s", "elapsed_s", "eval_s")

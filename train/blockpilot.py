@@ -41,11 +41,12 @@ import numpy as np
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from infer.decode import read_prompts
 from specblock_jax.decoding.generate import encode_prompts
 from specblock_jax.decoding.prompt_profile import median_step_profile
+from specblock_jax.decoding.prompts import read_prompts
 from specblock_jax.decoding.step_profile import step_ms
 from specblock_jax.drafters import registry
+from specblock_jax.drafters.blockpilot_labels import read_labels
 from specblock_jax.drafters.blockpilot_train import PolicyData, prefill_features
 from specblock_jax.training.trainer import train
 
@@ -106,59 +107,9 @@ def write_labels(target, dflash_dir, records: list[dict], sizes: list[int], out:
             costs_path.write_text(json.dumps(costs, indent=2))
 
 
-def oracle_labels(score: np.ndarray, sizes: list[int], prefer: int | None = None) -> list[int]:
-    """score [prompts, sizes] -> per prompt the index of the best size. Ties (within 1e-9) go to
-    the size nearest `prefer` (the drafter's training block size, as BlockPilot breaks them; then
-    the smaller), or to the smaller size when `prefer` is None."""
-    sizes_arr = np.asarray(sizes)
-    rank = np.abs(sizes_arr - prefer) if prefer is not None else np.zeros(len(sizes))
-    order = np.lexsort((sizes_arr, rank))  # candidates in tie-break order
-    best = score.max(axis=1, keepdims=True)
-    tied = score >= best - 1e-9  # [prompts, sizes]
-    return [int(order[np.argmax(row[order])]) for row in tied]
-
-
 def training_block_size(dflash_dir: str | Path) -> int:
     """The block size the DFlash drafter in `dflash_dir` was trained with."""
     return int(json.loads((Path(dflash_dir) / "config.json").read_text())["config"]["block_size"])
-
-
-def read_labels(folder: Path, metric: str = "tau", prefer: int | None = None
-                ) -> tuple[list[str], list[int], np.ndarray, list[int]]:
-    """(ids, sizes, tau [prompts, sizes], oracle label index per prompt) of a label folder; ties
-    go to the size nearest `prefer` (`oracle_labels`)."""
-    per_size = {int(p.stem.split("_")[1]): {json.loads(x)["id"]: json.loads(x)["tau"]
-                                             for x in p.read_text().splitlines() if x.strip()}
-                for p in folder.glob("size_*.jsonl")}
-    sizes = sorted(per_size)
-    ids = [i for i in per_size[sizes[0]] if all(i in per_size[s] for s in sizes)]
-    tau = np.asarray([[per_size[s][i] or 1.0 for s in sizes] for i in ids], np.float64)
-    score = tau
-    if metric == "speed":
-        costs = json.loads((folder / "costs.json").read_text())["step_ms"]
-        missing = [s for s in sizes if str(s) not in costs]
-        if missing:
-            raise ValueError(f"{folder}/costs.json: no step cost for sizes {missing} (rerun `labels` to time them)")
-        score = tau / np.asarray([costs[str(s)] for s in sizes])
-    return ids, sizes, tau, oracle_labels(score, sizes, prefer)
-
-
-def oracle_table(folder: Path, encode, sizes, prefer: int | None = None) -> dict[tuple[int, ...], int]:
-    """Prompt token ids -> the labelled best block size (measured speed, ties to `prefer`) of every
-    prompt in a label folder; its prompts are those of the folder's settings.json (the file the
-    labels were made from), token ids by `encode` (list of texts -> list of id lists). `sizes`: the
-    sizes the serving drafter has; the labels must be for exactly these."""
-    settings = json.loads((folder / "settings.json").read_text())
-    ids, label_sizes, _, labels = read_labels(folder, "speed", prefer)
-    if sorted(label_sizes) != sorted(int(s) for s in sizes):
-        raise ValueError(f"{folder}: labels for sizes {label_sizes}, the drafter has {sorted(sizes)}")
-    records, _ = read_prompts(Path(settings["prompts"]))
-    text = {r["id"]: r["prompt"] for r in records}
-    missing = [i for i in ids if i not in text]
-    if missing:
-        raise ValueError(f"{folder}: labelled ids not in {settings['prompts']}: {missing[:3]}")
-    toks = encode([text[i] for i in ids])
-    return {tuple(t): label_sizes[k] for t, k in zip(toks, labels)}
 
 
 def summarise(folder: Path, prefer: int | None = None) -> dict:

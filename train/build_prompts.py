@@ -42,7 +42,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from train.build_corpus import read_split
+from .build_corpus import read_split
 
 log = logging.getLogger(__name__)
 

@@ -43,13 +43,13 @@ import yaml
 import jax
 
 import specblock_jax as sbj
-from infer.decode import read_prompts
-from specblock_jax import parallel
+from specblock_jax import parallel, read_prompts
 from specblock_jax.training.regen_dataset import BatchIterator, build_tfds
 from specblock_jax.drafters import draft_vocab, registry
 from specblock_jax.drafters.io import record_chat
 from specblock_jax.training.trainer import TRAINER_DEFAULTS, tau_evaluator, train
-from train import train_target
+
+from . import train_target
 
 # Keys the command line reads for a drafter run, with their defaults.
 CLI_DEFAULTS: dict[str, Any] = {
@@ -235,7 +235,7 @@ def regen_chat_format(regen_dir: str) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["blockpilot"]:  # BlockPilot's labels and policy: train/blockpilot.py's CLI
-        from train import blockpilot
+        from . import blockpilot
 
         blockpilot.main(argv[1:], prog="specblock-train blockpilot")
         return

@@ -49,21 +49,20 @@ from pathlib import Path
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from infer.decode import read_prompts as read_prompt_file
 from specblock_jax.decoding.generate import encode_prompts
 from specblock_jax.training import chat
 from specblock_jax.training.regen_dataset import MODES, build_tfds, read_records
-from train import regenerate_chat
+
+from . import regenerate_chat
 
 log = logging.getLogger("regenerate")
 SETTING_KEYS = ("target", "random_target", "max_new_tokens", "temperature", "top_k", "top_p", "seed")
-TOKENIZER = "assets/tokenizer"
 
 
 def read_prompts(path: Path) -> tuple[list[dict], list[str]]:
     """Valid {id, prompt, line} records in file order, and one "line N: reason" per skipped line
     (the rules of `specblock-decode`'s prompt files)."""
-    records, errors = read_prompt_file(path)
+    records, errors = sbj.read_prompts(path)
     skipped = [f"line {e['line']}" + (f" (id {e['id']!r})" if e["id"] is not None else "") + f": {e['error']}"
                for e in sorted(errors, key=lambda e: e["line"])]
     return [{"id": r["id"], "prompt": r["prompt"], "line": r["line"]} for r in records], skipped
@@ -82,15 +81,10 @@ def done_ids(path: Path) -> set[str]:
 
 def load(args: argparse.Namespace) -> sbj.Target:
     """The checkpoint at --target, or with --random-target a random tiny Qwen3 (4096 positions)."""
-    if args.random_target:
-        tok = sbj.models.load_tokenizer(TOKENIZER)
-        cfg = sbj.models.config.tiny(vocab_size=len(tok), bos_token_id=tok.bos_token_id,
-                                     eos_token_ids=(tok.eos_token_id,), max_position_embeddings=4096)
-        return sbj.init_target(cfg, seed=args.seed, tokenizer=tok)
-    target = sbj.load_target(args.target)
-    if target.tokenizer is None:
-        raise SystemExit(f"{args.target}: the checkpoint has no tokenizer files; text prompts need one")
-    return target
+    try:
+        return sbj.models.load_text_target(None if args.random_target else args.target, seed=args.seed)
+    except sbj.CheckpointError as e:
+        raise SystemExit(str(e)) from None
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -35,7 +35,7 @@ import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from tqdm import tqdm
 
-from train.build_corpus import read_split
+from .build_corpus import read_split
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""Decoding: the target-only and speculative loops, batched generation, method names, tree
-calibration for the machine at hand (`calibrate`) and the per-phase step profile (`step_profile`,
-a module like `calibrate`: `step_profile.step_profile(...)`)."""
+"""Decoding: the target-only and speculative loops, batched generation, method names, JSONL
+prompt files (`read_prompts`), tree calibration for the machine at hand (`calibrate`) and the
+per-phase step profile (`step_profile`, a module like `calibrate`: `step_profile.step_profile(...)`)."""
 
 from specblock_jax.decoding import calibrate, step_profile
 from specblock_jax.decoding.autoregressive import ar_loop
@@ -9,6 +9,7 @@ from specblock_jax.decoding.auto import AutoServe
 from specblock_jax.decoding.generate import generate
 from specblock_jax.decoding.methods import parse_method, resolve_drafter, resolve_method
 from specblock_jax.decoding.prefill import LoopOutput
+from specblock_jax.decoding.prompts import read_prompts
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
 from specblock_jax.decoding.sampling import SamplingParams, sample, sampling_logprobs
 from specblock_jax.decoding.speculative import spec_loop

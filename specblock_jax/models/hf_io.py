@@ -3,7 +3,9 @@
 Every weight is described once in `hf_weights`: our parameter path, its HF name, its HF shape and
 whether HF stores it as a transposed Linear ([out, in]). Loading asserts each HF shape before
 converting and fails naming every parameter left unloaded and every unexpected tensor; saving
-runs the same map backwards and writes a folder `transformers` loads.
+runs the same map backwards and writes a folder `transformers` loads. `random_target`: a random
+tiny target over a tokenizer folder (smoke tests of the tools); `load_text_target`: either kind,
+with a tokenizer.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from specblock_jax.models.config import ModelConfig
-from specblock_jax.models.target import Target, abstract_target
+from specblock_jax.models.config import ModelConfig, tiny
+from specblock_jax.models.target import Target, abstract_target, init_target
 
 # Tensors some checkpoints carry that the model recomputes; never an error.
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)
@@ -188,6 +190,29 @@ def load_tokenizer(path: str | os.PathLike):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+
+
+def random_target(tokenizer_dir: str | os.PathLike = "assets/tokenizer", seed: int = 0, **changes) -> Target:
+    """A randomly initialised tiny Qwen3 (`config.tiny`, 4096 positions) over the tokenizer in
+    `tokenizer_dir`: its vocabulary, BOS and EOS ids. `changes`: config fields to override. For
+    smoke tests of the tools, no checkpoint needed."""
+    tok = load_tokenizer(tokenizer_dir)
+    if tok is None:
+        raise FileNotFoundError(f"{tokenizer_dir}: no tokenizer files")
+    cfg = tiny(vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_ids=(tok.eos_token_id,),
+               max_position_embeddings=4096).replace(**changes)
+    return init_target(cfg, seed=seed, tokenizer=tok)
+
+
+def load_text_target(path: str | os.PathLike | None, seed: int = 0) -> Target:
+    """A target with a tokenizer, for text prompts: the checkpoint at `path` (CheckpointError when
+    it has no tokenizer files), or for `path` None a random tiny one (`random_target(seed=seed)`)."""
+    if path is None:
+        return random_target(seed=seed)
+    target = load_target(path)
+    if target.tokenizer is None:
+        raise CheckpointError(f"{path}: the checkpoint has no tokenizer files; text prompts need one")
+    return target
 
 
 def save_target(

@@ -1,0 +1,67 @@
+"""JSONL prompt files, as `specblock-decode`, `specblock-bench` and the training tools read them.
+
+One record a line: `{"id", "prompt"}`, optionally with a per-record `max_new_tokens` (an integer
+>= 1) and `temperature` (a number >= 0); or, with `conversations=True`, a conversation to answer
+(`"messages"` in the OpenAI form or `"conversations"` in ShareGPT's, ending with a user turn).
+
+    records, errors = read_prompts(Path("prompts.jsonl"))
+    # records: {"key", "id", "line", "prompt", "messages", "max_new_tokens", "temperature"} each
+    # errors:  {"key": "line N", "id", "line", "error"} each (invalid JSON, missing fields, ...)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def read_prompts(path: Path, conversations: bool = False) -> tuple[list[dict], list[dict]]:
+    """(valid records, error records) of a JSONL prompt file, in file order. Records are keyed by
+    id, error records by "line N". conversations: conversation records are read (their "messages"
+    parsed; "prompt" is then None), else they are error records."""
+    records, errors, seen = [], [], set()
+    with Path(path).open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                errors.append({"key": f"line {n}", "id": None, "line": n, "error": f"invalid JSON ({e.msg})"})
+                continue
+            rid = str(rec["id"]) if isinstance(rec, dict) and rec.get("id") is not None else None
+            err, messages = None, None
+            if isinstance(rec, dict) and rid is not None and ("messages" in rec or "conversations" in rec):
+                # imported here: specblock_jax.training loads TFDS, which a prompt file rarely needs
+                from specblock_jax.training import chat
+
+                if not conversations:
+                    err = "a conversation record, not read here (a prompt file of {id, prompt})"
+                try:
+                    messages = chat.parse_record(rec, prompt=True)
+                except chat.ChatRecordError as e:
+                    err = err or str(e)
+            elif not isinstance(rec, dict) or rid is None or not isinstance(rec.get("prompt"), str):
+                err = "expected an object with 'id' and a string 'prompt' (or 'messages')"
+            elif not rec["prompt"]:
+                err = "empty prompt"
+            elif rid in seen:
+                err = "duplicate id"
+            elif not _optional_number(rec, "max_new_tokens", int) or not _optional_number(rec, "temperature", float):
+                err = "max_new_tokens must be a positive integer and temperature a number >= 0"
+            if err:
+                errors.append({"key": f"line {n}", "id": rid, "line": n, "error": err})
+                continue
+            seen.add(rid)
+            records.append({"key": rid, "id": rid, "line": n, "prompt": rec.get("prompt"), "messages": messages,
+                            "max_new_tokens": rec.get("max_new_tokens"), "temperature": rec.get("temperature")})
+    return records, errors
+
+
+def _optional_number(rec: dict, name: str, kind) -> bool:
+    value = rec.get(name)
+    if value is None:
+        return True
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
