@@ -13,9 +13,10 @@ from flax import nnx
 
 import specblock_jax as sbj
 from specblock_jax.drafters.eagle3 import Eagle3Drafter
-from specblock_jax.drafters.eagle3_train import Eagle3Task, _shift
+from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.models.attention import attend
 from specblock_jax.models.layers import rope_cos_sin
+from specblock_jax.training.losses import shift
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from specblock_jax.drafters.base import Prefill
 from specblock_jax.trees.topk_tree import build_topk_tree
@@ -124,7 +125,7 @@ def test_training_time_test_matches_decoding_side_drafting(target, task):
         feat = model.fuse(h)
         keys, values, outs = [], [], []
         for j in range(2):
-            tok = _shift(seq, j + 1)
+            tok = shift(seq, j + 1)
             cos, sin = rope_cos_sin(jnp.broadcast_to(idx + j, (b, t)), model.c.rope, model.c.head_dim, feat.dtype)
             q, k, v = model.layer.project(jnp.take(target.params["embed_tokens"], tok, axis=0), feat, cos, sin)
             keys.append(k)

@@ -13,8 +13,8 @@ import specblock_jax as sbj
 import specblock_jax.drafters.specblock as specblock_module
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer_shift, legacy_tree_settings
-from specblock_jax.drafters.specblock_train import (SpecBlockTask, draft_loss, later_block_mask,
-                                                    rank_loss, run_blocks)
+from specblock_jax.drafters.specblock_train import SpecBlockTask, later_block_mask, run_blocks
+from specblock_jax.training.losses import draft_loss, rank_loss
 from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
 from test_speculative import _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
 from conftest import peaked_tiny_target, train_on_fixed_batch

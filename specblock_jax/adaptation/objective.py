@@ -1,4 +1,4 @@
-"""Training objectives for serving-time adaptation, one per drafter kind, and the label helper.
+"""Training objectives for serving-time adaptation, one per drafter kind.
 
 An objective scores a drafter on served sequences with the loss its kind trains on offline, with
 the verifier's committed tokens as labels and the target's hidden states collected by the decode
@@ -11,7 +11,8 @@ params: the drafter's full decoding params (e.g. {"draft", "embed"}); hidden [B,
 tokens/loss_mask/valid [B, T] int32 (loss_mask[i] = 1: the prediction made at position i, of token
 i + 1, is scored); depth: how far ahead the loss drafts (EAGLE-3 training-time-test steps,
 SpecBlock blocks; 0 = the kind's default), the main lever on an update's cost. Each kind names
-its objective in its drafter registry entry (`specblock_jax.drafters.registry`).
+its objective in its drafter registry entry (`specblock_jax.drafters.registry`); the objectives
+build on the loss pieces of `specblock_jax.training.losses` (`label_logits`, `chain_tau`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 
 from specblock_jax.drafters import registry
 
@@ -34,17 +34,3 @@ def objective_for(drafter: Any) -> Objective:
         raise ValueError(f"drafter kind {kind.name} cannot adapt at serving time (no registered "
                          f"objective; adaptable kinds: {adaptable})")
     return kind.objective
-
-
-def label_logits(tokens: jax.Array, vocab_size: int) -> jax.Array:
-    """[B, T] tokens -> [B, T, V] float32 logits of the one-hot distribution of the next token
-    (position i puts all mass on tokens[i + 1]; the last position is arbitrary and must be masked).
-    Lets the soft cross-entropy losses of offline training take the committed tokens as labels."""
-    nxt = jnp.concatenate([tokens[:, 1:], tokens[:, -1:]], axis=1)
-    return jnp.where(jax.nn.one_hot(nxt, vocab_size, dtype=bool), 0.0, -1e9).astype(jnp.float32)
-
-
-def chain_tau(accuracies: jax.Array) -> jax.Array:
-    """Acceptance length of a chain whose step-j conditional accuracy is accuracies[j]:
-    1 + sum_j prod_{i <= j} acc_i (the bonus token included)."""
-    return 1.0 + jnp.sum(jnp.cumprod(accuracies))

@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from specblock_jax.adaptation.objective import chain_tau, label_logits
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, vocab_arrays
 from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Model, load_eagle3
@@ -27,13 +26,8 @@ from specblock_jax.drafters.registry import DrafterKind, register
 from specblock_jax.models.attention import attend
 from specblock_jax.models.layers import rope_cos_sin
 from specblock_jax.models.target import Target
+from specblock_jax.training.losses import chain_tau, label_logits, shift
 from specblock_jax.training.task import frozen_target_outputs, parse_settings
-
-
-def _shift(x: jax.Array, k: int, fill=0) -> jax.Array:
-    """x[:, t + k] at index t (along axis 1), `fill` past the end."""
-    pad = jnp.full((x.shape[0], k) + x.shape[2:], fill, x.dtype)
-    return jnp.concatenate([x[:, k:], pad], axis=1)
 
 
 def ttt_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, valid, steps: int = 7,
@@ -57,7 +51,7 @@ def ttt_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, vali
     feat = model.fuse(target_hidden)
     total, metrics = 0.0, {}
     for j in range(steps):
-        tok = _shift(tokens, j + 1)
+        tok = shift(tokens, j + 1)
         pos = jnp.broadcast_to(idx + j, (b, t))
         cos, sin = rope_cos_sin(pos, c.rope, c.head_dim, feat.dtype)
         q, k, v = model.layer.project(jnp.take(embed, tok, axis=0), feat, cos, sin)
@@ -68,12 +62,12 @@ def ttt_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, vali
         out = attend(q, jnp.concatenate(keys, axis=1), jnp.concatenate(values, axis=1), mask)
         feat = model.layer.finish(feat, out)
         logq = jax.nn.log_softmax(model.logits(feat), axis=-1)
-        m = (_shift(loss_mask, j + 1) * _shift(valid, j + 1)).astype(jnp.float32)
-        ce = -jnp.sum(_shift(p_target, j + 1) * logq, axis=-1)
+        m = (shift(loss_mask, j + 1) * shift(valid, j + 1)).astype(jnp.float32)
+        ce = -jnp.sum(shift(p_target, j + 1) * logq, axis=-1)
         denom = jnp.maximum(m.sum(), 1.0)
         step_loss = jnp.sum(ce * m) / denom
         total = total + decay**j * step_loss
-        metrics[f"acc_{j}"] = jnp.sum((jnp.argmax(logq, -1) == _shift(want, j + 1)) * m) / denom
+        metrics[f"acc_{j}"] = jnp.sum((jnp.argmax(logq, -1) == shift(want, j + 1)) * m) / denom
         metrics[f"loss_{j}"] = step_loss
     return total, metrics
 

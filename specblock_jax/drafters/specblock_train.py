@@ -28,61 +28,15 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from specblock_jax.adaptation.objective import chain_tau, label_logits
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, vocab_arrays
 from specblock_jax.drafters.registry import DrafterKind, register
-from specblock_jax.drafters.specblock import (RANK_CLASSES, SpecBlockConfig, SpecBlockDecoding,
-                                              SpecBlockDrafter, SpecBlockModel, block_mask, load_specblock)
+from specblock_jax.drafters.specblock import (SpecBlockConfig, SpecBlockDecoding, SpecBlockDrafter, SpecBlockModel,
+                                              block_mask, load_specblock)
 from specblock_jax.models.target import Target
 from specblock_jax.trees.rank_tree import rank_class
+from specblock_jax.training.losses import chain_tau, draft_loss, label_logits, rank_loss, shift
 from specblock_jax.training.task import frozen_target_outputs, parse_settings
-
-
-def shift(x: jax.Array, s, fill=0) -> jax.Array:
-    """x[:, t + s] at index t along axis 1 (s may be traced), `fill` past the end."""
-    t = x.shape[1]
-    idx = jnp.arange(t) + s
-    out = jnp.take(x, jnp.clip(idx, 0, t - 1), axis=1)
-    return jnp.where((idx < t).reshape((1, t) + (1,) * (x.ndim - 2)), out, jnp.asarray(fill, x.dtype))
-
-
-def prefix_ok(correct: jax.Array) -> jax.Array:
-    """[..., K] bool -> [..., K] bool: True at k when slots 0..k-1 are all correct."""
-    ones = jnp.ones(correct.shape[:-1] + (1,), jnp.int32)
-    return jnp.cumprod(jnp.concatenate([ones, correct[..., :-1].astype(jnp.int32)], -1), -1) > 0
-
-
-def draft_loss(logq, target_p, want, mask, decay: float, valid_prefix: bool):
-    """logq/target_p [B, T, K, V], want [B, T, K] target argmax, mask [B, T, K] float.
-    Returns (sum_k decay^k L_k, per-slot losses [K], per-slot top-1 agreement [K])."""
-    ce = -jnp.sum(target_p * logq, axis=-1)
-    correct = jnp.argmax(logq, axis=-1) == want
-    m = mask * prefix_ok(correct) if valid_prefix else mask
-    per_slot = jnp.sum(ce * m, (0, 1)) / jnp.maximum(jnp.sum(m, (0, 1)), 1.0)
-    acc = jnp.sum(correct * mask, (0, 1)) / jnp.maximum(jnp.sum(mask, (0, 1)), 1.0)
-    weights = decay ** jnp.arange(logq.shape[2])
-    return jnp.sum(weights * per_slot), per_slot, acc
-
-
-def rank_loss(rank_logits, true_cls, mask):
-    """rank_logits [B, T, K, 4], true_cls [B, T, K], mask [B, T, K] float -> (loss, accuracy)."""
-    c = jnp.arange(RANK_CLASSES)
-    t = true_cls[..., None]
-    kernel = 1.0 / (1.0 + jnp.abs(c - t) + jnp.maximum(t - c, 0)) ** 2
-    soft = kernel / jnp.sum(kernel, axis=-1, keepdims=True)
-    ce = -jnp.sum(soft * jax.nn.log_softmax(rank_logits, axis=-1), axis=-1)
-    pred = jnp.argmax(rank_logits, axis=-1)
-    dist = 1.0 + jnp.abs(true_cls - pred) + jnp.maximum(true_cls - pred, 0)
-    hit = pred == true_cls
-    m = mask * prefix_ok(hit)  # drop slots after the first mis-ranked one (keep that one)
-    onehot = jax.nn.one_hot(true_cls, RANK_CLASSES) * m[..., None]
-    count = jnp.sum(onehot, axis=(0, 1))  # [K, 4]
-    class_w = jnp.minimum(1.0, 10.0 / jnp.maximum(count, 1.0))
-    w = jnp.sum(onehot * class_w, axis=-1)  # [B, T, K]
-    loss = jnp.sum(w * dist * ce) / jnp.maximum(jnp.sum(w), 1.0)
-    acc = jnp.sum(hit * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-    return loss, acc
 
 
 def later_block_mask(t: int, k: int, block: int, ms: list) -> jax.Array:
