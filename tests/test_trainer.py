@@ -301,9 +301,10 @@ def test_a_tasks_own_optimizer_evaluation_and_export_fields(target, data, tmp_pa
     first = task.init_params(jax.random.key(0))  # the trainer's init (seed 0)
     train(task, base_cfg(tmp_path / "one", max_steps=1, eval_every=0), factory(data))
     batch = next(factory(data)(None))
-    grads = jax.grad(lambda p: task.loss_fn(p, task.frozen(), batch, jax.random.fold_in(jax.random.key(0), 0))[0])(first)
+    key = jax.random.fold_in(jax.random.key(0), 0)  # step 0's key
+    grads = jax.grad(lambda p: task.loss_fn(p, task.frozen(), batch, key)[0])(first)
     _, state, _, _ = latest_state(tmp_path / "one")
-    for got, p, g in zip(jax.tree.leaves(state["params"]), jax.tree.leaves(first), jax.tree.leaves(grads), strict=True):
+    for got, p, g in zip(*(jax.tree.leaves(t) for t in (state["params"], first, grads)), strict=True):
         np.testing.assert_allclose(got, p - 0.5 * g, rtol=1e-5, atol=1e-7)  # one SGD step, not AdamW
 
     evaluate = lambda params: {"val_norm": float(optax.tree.norm(params))}  # noqa: E731

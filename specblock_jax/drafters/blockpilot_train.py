@@ -29,7 +29,8 @@ import optax
 from flax import nnx
 
 from specblock_jax.decoding.generate import encode_prompts, length_bucket
-from specblock_jax.drafters.blockpilot import PolicyConfig, features, init_policy, load_blockpilot, save_blockpilot
+from specblock_jax.drafters.blockpilot import (PolicyConfig, features, init_policy, load_blockpilot,
+                                               save_blockpilot)
 from specblock_jax.drafters.registry import DrafterKind, register
 from specblock_jax.models.target import Target, forward
 from specblock_jax.training.task import parse_settings
@@ -131,7 +132,8 @@ class BlockPilotTask:
                                  f"{len(s.sizes)}")
         self.data, self.heldout = data, heldout
         self.graphdef = init_policy(self.config)[0]
-        self.stats = {"mean": jnp.asarray(data.features.mean(0)), "std": jnp.asarray(data.features.std(0) + 1e-6)}
+        self.stats = {"mean": jnp.asarray(data.features.mean(0)),
+                      "std": jnp.asarray(data.features.std(0) + 1e-6)}
 
     def batches(self, state: dict[str, int] | None) -> FullBatch:
         gap = self.data.tau.max(1, keepdims=True) - self.data.tau
@@ -164,7 +166,8 @@ class BlockPilotTask:
     def export(self, params, out_dir: str) -> dict[str, Any]:
         full = {**params, **self.stats}
         save_blockpilot(out_dir, self.config, full, self.settings.dflash_dir)
-        report = {"policy": dataclasses.asdict(self.config), "train": policy_metrics(self.graphdef, full, self.data)}
+        report = {"policy": dataclasses.asdict(self.config),
+                  "train": policy_metrics(self.graphdef, full, self.data)}
         if self.heldout is not None:
             report["heldout"] = policy_metrics(self.graphdef, full, self.heldout)
         return report

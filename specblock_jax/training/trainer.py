@@ -38,7 +38,7 @@ import math
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
