@@ -22,13 +22,15 @@ $(VENV)/.test-installed: pyproject.toml | $(VENV)/bin/python
 	touch $@ $(VENV)/.run-installed
 
 # The main job: the first $(LIMIT) bundled HumanEval prompts decoded by every method side by side on
-# the embedded target (greedy, methods interleaved over 2 rounds of prompts), with the table printed
-# and every completion written under $(OUT)/humaneval. All 164 prompts: make run LIMIT=0.
+# the embedded target (greedy; methods interleaved over the bench's default 3 rounds of 16 prompts,
+# their order rotating each round), with the table printed, then where the outputs went
+# ($(OUT)/humaneval), the fastest method and the command for your own checkpoint. All 164 prompts:
+# make run LIMIT=0.
 LIMIT ?= 48
 run: $(VENV)/.run-installed
 	$(VENV)/bin/specblock-bench --target assets/target --prompts assets/prompts/humaneval.jsonl \
 	  --methods $(METHODS) --temperatures 0 --max-new-tokens 128 --batch-size 1 --limit $(LIMIT) \
-	  --rounds 2 --out-dir $(OUT)/humaneval
+	  --out-dir $(OUT)/humaneval
 
 # pytest exits 5 when it collects no test; make treats any non-zero exit as failure. The tests run
 # in one worker per CPU core (pytest-xdist): most of their time is single-threaded XLA compilation.

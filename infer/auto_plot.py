@@ -6,14 +6,14 @@ from pathlib import Path
 
 import numpy as np
 
+from .labels import method_label
+
 
 def plot_auto(rows: list[dict], path: Path) -> None:
     """What served each chunk of every `auto:` run, over the job: one panel per (temperature, batch
     size), one step line per run (target-only at the bottom, then the drafter's budgets in rising
     order), x = requests decoded before the chunk; explored chunks drawn as open circles."""
     import matplotlib
-
-    from .bench import method_label  # (bench imports this module)
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

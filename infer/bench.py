@@ -1,18 +1,22 @@
 """`specblock-bench`: several decoding methods on one prompt set, in one process, side by side.
 
-Follows the measurement protocol of DESIGN.md: target-only autoregressive decoding (`ar`) runs
-first and is the speedup baseline; every method decodes the same prompts with the same batch size,
-budget and temperature; compilation is excluded from throughput and reported apart. Before the
-first timed run, an untimed warm-up decodes the first --warmup-prompts prompts target-only (the
-first run in a process measured up to ~12% slower than a repeat on the 2-core CPU); its time is in
-results.json ("warmup"), and the executables it compiled are not compiled again by `ar`.
-With --rounds K the prompts are split into K contiguous chunks and every method decodes chunk 1,
-then every method chunk 2, ...: a slow spell of a shared machine then falls on all methods alike
-(each prompt keeps its own key stream, so outputs do not depend on K).
+Follows the measurement protocol of DESIGN.md: target-only autoregressive decoding (`ar`) is the
+speedup baseline; every method decodes the same prompts with the same batch size, budget and
+temperature; compilation is excluded from throughput and reported apart. Before the first timed
+run, an untimed warm-up decodes the first --warmup-prompts prompts target-only (the first run in a
+process measured up to ~12% slower than a repeat on the 2-core CPU); its time is in results.json
+("warmup"), and the executables it compiled are not compiled again by `ar`.
+Interleaved: the prompts split into --rounds (default 3) contiguous chunks; every method decodes
+chunk 1, then every method chunk 2, ..., round r in the methods' order rotated by r (round 1: ar,
+m1, m2; round 2: m1, m2, ar; ...), so a slow spell of a shared machine falls on all methods alike
+and no method always runs first (each prompt keeps its own key stream: outputs do not depend on
+the rounds).
   tau       tokens committed per decoding forward of the target, bonus token included
             (the prefill's first token is not counted); per prompt, median [min, max]
-  tokens/s  new tokens / decode-loop wall time, summed over batches
-  speedup   tokens/s of the method / tokens/s of `ar`
+  tokens/s  new tokens / decode-loop wall time, summed over batches and rounds
+  speedup   pooled: the method's tokens/s over all rounds / `ar`'s, with [min-max] of the
+            per-round ratios (each round's tokens/s of the method / of `ar`; results.json
+            "round_speedups", "round_new_tokens", "round_wall_s")
 Step profile (decoding/step_profile.py): every phase of a decoding step compiled alone at the
 batch's exact loop shapes (batch, prompt bucket, cache length, node budget N) and timed at a
 mid-decode length (max_new_tokens // 2 committed tokens), median of 7 calls; a method's phase
@@ -35,12 +39,14 @@ each distinct shape's profile under "step_profiles"):
             sampling, whose losslessness is a distribution property tested in the test suite)
 Tree-shape calibration: a drafter method with ':calibrate=true' first calibrates its tree shape
 on this machine (decoding/calibrate.py: the kind's knobs, e.g. EAGLE-3 num_nodes x depth, over
-its default candidates or those of --calibrate-grid) by decoding the first --calibrate-prompts
-prompts (default 4; they are also part of the benchmark) at the run's batch size, temperature and
-budget at every setting, separately for every (temperature, batch size), then runs at the
-fastest; the chosen setting and the calibration's wall time (compilation included) are reported
-apart ("calibrated (s)" column; results.json "calibrated", "calibrate_s" and "calibration", the
-whole table), not counted in tokens/s.
+its default candidates or those of --calibrate-grid) by decoding --calibrate-prompts prompts
+(default 4) disjoint from the measured ones: the first of --prompts (after --skip), which the
+measurement then leaves out, or the first of --calibrate-from FILE; at the run's batch size,
+temperature and budget at every setting, separately for every (temperature, batch size), then
+runs at the fastest. results.md says which prompts calibrated (results.json
+"meta.calibration_prompts"); the chosen setting and the calibration's wall time (compilation
+included) are reported apart ("calibrated (s)" column; results.json "calibrated", "calibrate_s"
+and "calibration", the whole table), not counted in tokens/s.
 Serving-time adaptation: a drafter method with ':adapt=true' or ':adapt.KEY=VALUE' settings (or
 every drafter method, with `--adapt`, next to its plain run) adapts between batches
 (docs/adaptation.md; `--adapt-settings` applies to all, method keys override); its tokens/s
@@ -49,14 +55,15 @@ its decisions (adapt_<method>_T<t>_b<b>.jsonl) and tau per batch over the run (a
 Writes results.json, results.md, speedup.png and every method's completions
 (outputs_<method>_T<temperature>.jsonl) into --out-dir, the first two after every finished (batch
 size, temperature) group (results.json "meta.complete" says whether the run got to the end);
-`specblock-bench --replot DIR` redraws the plots of a finished run.
+`specblock-bench --replot DIR` redraws the plots of a finished run. After the table the run prints
+three lines: where the outputs went, the fastest method (pooled speedup [round min-max]), and the
+command that runs the same comparison on one's own checkpoint and drafter.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
@@ -74,19 +81,9 @@ from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.methods import resolve_drafter, split_adapt
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 
-from .auto_plot import plot_auto
+from .bench_report import closing_lines, compare, replot, table, write_results
 from .decode import DEFAULT_TARGET, cli_method, make_adapter
-
-
-def method_label(method: str) -> str:
-    """Short name for files and plots: the drafter folder's name (its parent's for an `export`
-    folder) with any ':key=value' overrides; "auto-" before an auto: method's."""
-    if method.startswith("auto:"):
-        return "auto-" + method_label(method[len("auto:"):])
-    base, sep, rest = method.partition(":")
-    path = Path(base)
-    name = path.parent.name if path.name == "export" and path.parent.name else path.name
-    return name + sep + rest
+from .labels import method_label
 
 
 def drafter_forwards_per_step(drafter) -> int:
@@ -179,9 +176,9 @@ def batch_taus(results) -> list[float]:
     return [t / f if f else 1.0 for t, f in (per[b] for b in sorted(per))]
 
 
-def prepare_method(target, prompts, method, temperature, batch_size, args) -> dict:
-    """A method ready to decode: its drafter (calibrated first when asked, on the first
-    --calibrate-prompts prompts) and its adapter."""
+def prepare_method(target, method, temperature, batch_size, args, cal_prompts: list | None) -> dict:
+    """A method ready to decode: its drafter (calibrated first when asked, on `cal_prompts`: prompts
+    held out from the measurement, `calibration_split`) and its adapter."""
     base, calib = split_calibrate(method)
     base, adapt = split_adapt(base)
     base, oracle = split_oracle(base)
@@ -194,7 +191,6 @@ def prepare_method(target, prompts, method, temperature, batch_size, args) -> di
     if isinstance(drafter, sbj.decoding.AutoServe) and (calib or adapt is not None):
         raise SystemExit(f"--methods: {method!r}: an auto: method neither calibrates nor adapts")
     if calib:
-        cal_prompts = prompts[: max(1, args.calibrate_prompts)]
         print(f"calibrating {method_label(method)} on {len(cal_prompts)} prompts "
               f"(T={temperature:g}, batch {batch_size})", flush=True)
         try:
@@ -247,30 +243,51 @@ def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, s
     return results
 
 
-def run_method(target, prompts, method, temperature, batch_size, args) -> dict:
-    """One method on all prompts in one pass: its results.json row (`summarise`)."""
-    prep = prepare_method(target, prompts, method, temperature, batch_size, args)
-    return summarise(prep, decode_prompts(target, prep, prompts, temperature, batch_size, args),
-                     temperature, batch_size)
+def rotation(items: list, r: int) -> list:
+    """Round r's order: `items` rotated left by r (round 0 as given, round 1 from the second, ...),
+    so over len(items) rounds every item runs once in every position."""
+    k = r % len(items)
+    return items[k:] + items[:k]
 
 
-def run_rounds(target, prompts, methods, temperature, batch_size, args) -> list[dict]:
+def loop_time(results) -> tuple[int, float]:
+    """(new tokens, decode-loop wall seconds) of results: each batch's (or refill segment's) wall
+    time counted once."""
+    walls = {r.stats.batch: r.stats.total_time_s for r in results}
+    return sum(len(r.token_ids) for r in results), float(sum(walls.values()))
+
+
+def run_rounds(target, prompts, methods, temperature, batch_size, args,
+               cal_prompts: list | None = None) -> list[dict]:
     """Every method on all prompts, interleaved: the prompts in --rounds contiguous chunks, each
-    chunk decoded by every method in turn. Rows as `run_method` gives them."""
-    preps = [prepare_method(target, prompts, m, temperature, batch_size, args) for m in methods]
+    chunk decoded by every method in turn, round r's order `rotation(methods, r)`. Returns every
+    method's results.json row (`summarise`), in `methods` order, with its new tokens and seconds
+    (adaptation included) per round."""
+    preps = [prepare_method(target, m, temperature, batch_size, args, cal_prompts) for m in methods]
     results: list[list] = [[] for _ in methods]
+    rounds: list[list[tuple[int, float]]] = [[] for _ in methods]
     bounds = np.linspace(0, len(prompts), args.rounds + 1).round().astype(int)
     for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
         if a == b:  # more rounds than prompts
             continue
-        for prep, res in zip(preps, results):
+        for i in rotation(list(range(len(methods))), k):
+            prep, res, before, adapt_before = preps[i], results[i], len(results[i]), adapt_time(preps[i])
             decode_prompts(target, prep, prompts[a:b], temperature, batch_size, args, start=int(a),
                            results=res, note=f" [round {k + 1}/{args.rounds}]", later=len(prompts) - int(b))
-    return [summarise(p, r, temperature, batch_size) for p, r in zip(preps, results)]
+            tokens, wall = loop_time(res[before:])
+            rounds[i].append((tokens, wall + adapt_time(prep) - adapt_before))
+    return [summarise(p, r, temperature, batch_size, n) for p, r, n in zip(preps, results, rounds)]
 
 
-def summarise(prep: dict, results: list, temperature: float, batch_size: int) -> dict:
-    """A method's results.json row from all its results (in prompt order)."""
+def adapt_time(prep: dict) -> float:
+    """Seconds the method's adapter has spent so far (compilation excluded); 0 without one."""
+    return prep["adapter"].time_s if prep["adapter"] is not None else 0.0
+
+
+def summarise(prep: dict, results: list, temperature: float, batch_size: int,
+              rounds: list[tuple[int, float]]) -> dict:
+    """A method's results.json row from all its results (in prompt order) and its (new tokens,
+    seconds) per round."""
     method, drafter, calibration, adapter = prep["method"], prep["drafter"], prep["calibration"], prep["adapter"]
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
@@ -299,6 +316,7 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int) ->
     return {
         "method": method, "temperature": temperature, "batch_size": batch_size, "prompts": len(results), "new_tokens": tokens,
         "wall_s": wall, "tokens_per_s": tokens / wall,
+        "round_new_tokens": [t for t, _ in rounds], "round_wall_s": [w for _, w in rounds],
         "batch_tokens_per_s": [b["tokens"] / b["wall"] for b in batches.values()],
         "tau_median": tau_median, "tau_min": float(np.min(taus)), "tau_max": float(np.max(taus)),
         "tau_mean": float(np.mean(taus)), "tau_run": tau_run,
@@ -325,132 +343,11 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int) ->
     }
 
 
-def output_name(row: dict) -> str:
-    """outputs_<label>_T<t>_b<b>.jsonl (portable: ':' -> '__', '=' and '/' -> '-'); the run's adaptation
-    events go to the same name with the prefix adapt_."""
-    label = method_label(row["method"]).replace(":", "__").replace("=", "-").replace("/", "-")
-    return f"outputs_{label}_T{row['temperature']:g}_b{row['batch_size']}.jsonl"
-
-
-def replot(out_dir: Path) -> None:
-    """Redraws speedup.png (and adapt_tau.png) from a run's results.json and adapt_*.jsonl."""
-    rows = json.loads((out_dir / "results.json").read_text())["results"]
-    for r in rows:
-        events = out_dir / output_name(r).replace("outputs_", "adapt_")
-        if r.get("adapt") and events.exists():
-            r["adapt_events"] = [json.loads(x) for x in events.read_text().splitlines()]
-    plot(rows, out_dir / "speedup.png")
-    if any(r.get("adapt") for r in rows):
-        plot_adaptation(rows, out_dir / "adapt_tau.png")
-    if any(r.get("auto_events") for r in rows):
-        plot_auto(rows, out_dir / "auto_decisions.png")
-
-
-def table(rows: list[dict]) -> str:
-    head = ("| T | batch | method | tau median [min, max] | tokens/s | speedup | ideal speedup | achieved / ideal "
-            "| draft ms/token | draft share | draft fwd/token | verify ms/step | 1-token fwd ms | same as ar "
-            "| compile s | calibrated (s) | adapt s (updates/decisions) |"
-            "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    lines = [head]
-    for r in rows:
-        lines.append(
-            f"| {r['temperature']:g} | {r['batch_size']} | {r['method']} | {r['tau_median']:.2f} [{r['tau_min']:.2f}, "
-            f"{r['tau_max']:.2f}] | {r['tokens_per_s']:.1f} | {r['speedup']:.2f}x | "
-            f"{_num(r.get('ideal_speedup'), 'x')} | {_num(r.get('achieved_over_ideal'))} | "
-            f"{_num(_scaled(r['draft_s_per_token'], 1000), digits=3)} | {_num(_scaled(r['draft_share'], 100), '%', 1)} | "
-            f"{r['draft_forwards_per_token']:.2f} | {_num(r.get('verify_ms_per_step'), digits=3)} | "
-            f"{_num(r.get('forward_1_ms'), digits=3)} | "
-            f"{'n/a' if r['same_as_ar'] is None else format(r['same_as_ar'], '.2f')} | "
-            f"{r['compile_s']:.1f} | {calibrated_cell(r)} | {adapt_cell(r)} |")
-    return "\n".join(lines)
-
-
-def _num(value, suffix: str = "", digits: int = 2) -> str:
-    return "-" if value is None else f"{value:.{digits}f}{suffix}"
-
-
-def _scaled(value, factor: float):
-    return None if value is None else value * factor
-
-
-def calibrated_cell(row: dict) -> str:
-    best = row.get("calibrated")
-    if not best:
-        return "-"
-    return " ".join(f"{k}={v}" for k, v in best.items()) + f" ({row['calibrate_s']:.1f})"
-
-
-def adapt_cell(row: dict) -> str:
-    a = row.get("adapt")
-    if not a:
-        return "-"
-    return f"{row['adapt_s']:.1f} ({a['updates']}/{a['decisions']})"
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = sorted({(r["temperature"], r["batch_size"]) for r in rows})
-    methods = list(dict.fromkeys(r["method"] for r in rows))
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    width = 0.8 / len(groups)
-    for k, (t, b) in enumerate(groups):
-        sub = {r["method"]: r for r in rows if (r["temperature"], r["batch_size"]) == (t, b)}
-        x = np.arange(len(methods)) + k * width
-        axes[0].bar(x, [sub[m]["speedup"] for m in methods], width, label=f"T={t:g}, batch {b}")
-        ideal = [sub[m].get("ideal_speedup") for m in methods]
-        if any(v is not None for v in ideal):  # the speedup with free drafting, as a tick
-            axes[0].scatter(x, [np.nan if v is None else v for v in ideal], marker="_", s=300, color="black",
-                            label="ideal (free drafting)" if k == 0 else None)
-        axes[1].bar(x, [sub[m]["tau_median"] for m in methods], width, label=f"T={t:g}, batch {b}")
-    for ax, title in zip(axes, ("speedup vs target-only (tokens/s ratio)", "tau (median over prompts)")):
-        ax.set_xticks(np.arange(len(methods)) + width * (len(groups) - 1) / 2)
-        ax.set_xticklabels([method_label(m) for m in methods], rotation=20, fontsize=8)
-        ax.set_title(title)
-        ax.axhline(1.0, color="gray", lw=0.8)
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
-def plot_adaptation(rows: list[dict], path: Path, window: int = 8) -> None:
-    """tau per batch over the run (moving average over `window` batches), one line per method
-    (adapted runs dashed), one panel per (temperature, batch size); ticks along the bottom mark the
-    batches after which each adapted run updated its drafter."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    groups = sorted({(r["temperature"], r["batch_size"]) for r in rows})
-    fig, axes = plt.subplots(1, len(groups), figsize=(7 * len(groups), 4.5), squeeze=False)
-    for ax, (t, b) in zip(axes[0], groups):
-        runs = [r for r in rows if (r["temperature"], r["batch_size"]) == (t, b) and r["method"] != "ar"]
-        for n, r in enumerate(runs):
-            taus = np.asarray(r["batch_taus"])
-            k = min(window, len(taus))
-            smooth = np.convolve(taus, np.ones(k) / k, mode="valid")
-            adapted = r.get("adapt_events") is not None
-            line, = ax.plot(np.arange(k - 1, len(taus)), smooth, ls="--" if adapted else "-",
-                            label=method_label(r["method"]))
-            if adapted:
-                ups = [e["batch"] for e in r["adapt_events"] if e.get("update")]
-                ax.plot(ups, [0.02 + 0.03 * n] * len(ups), "|", color=line.get_color(), ms=8,
-                        transform=ax.get_xaxis_transform())
-        ax.set_title(f"tau per batch, moving average of {window} (T={t:g}, batch {b})")
-        ax.set_xlabel("batch (decoding order; ticks: updates)")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-
-
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="specblock-bench", description=__doc__.split("\n")[0])
     p.add_argument("--prompts", type=Path, required=True)
-    p.add_argument("--methods", default="ar,prompt_lookup", help="comma list; ar always runs first")
+    p.add_argument("--methods", default="ar,prompt_lookup",
+                   help="comma list; ar (target-only, the speedup baseline) is always added")
     p.add_argument("--out-dir", type=Path, required=True)
     p.add_argument("--target", default=DEFAULT_TARGET)
     p.add_argument("--temperatures", default="0", help="comma list, e.g. 0,1")
@@ -459,9 +356,9 @@ def parse_args(argv=None):
     p.add_argument("--skip", type=int, default=0, help="skip the first K records")
     p.add_argument("--limit", type=int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rounds", type=int, default=1,
-                   help="split the prompts into this many contiguous chunks and run the methods in turn "
-                        "on each chunk (ar, m1, m2, ..., then the next chunk), so a slow spell of a shared "
+    p.add_argument("--rounds", type=int, default=3,
+                   help="split the prompts into this many contiguous chunks and run every method on each "
+                        "chunk, the methods' order rotated by one each round, so a slow spell of a shared "
                         "machine falls on every method alike; calibration runs before the first round")
     p.add_argument("--warmup-prompts", type=int, default=8,
                    help="prompts decoded target-only, untimed, before the first timed run (0 = no warm-up)")
@@ -471,7 +368,11 @@ def parse_args(argv=None):
                    help="also run every drafter method with serving-time adaptation (':adapt=true')")
     p.add_argument("--adapt-settings", default="", help="AdaptConfig keys, e.g. subset=layer,cost_scale=1")
     p.add_argument("--calibrate-prompts", type=int, default=4,
-                   help="prompts (the first K) a ':calibrate=true' method calibrates its tree shape on")
+                   help="prompts a ':calibrate=true' method calibrates its tree shape on: the first K of "
+                        "--prompts (after --skip), then left out of the measurement, or of --calibrate-from")
+    p.add_argument("--calibrate-from", type=Path, default=None, metavar="FILE",
+                   help="a JSONL prompt file to calibrate on instead (its first --calibrate-prompts "
+                        "prompts; none may be a measured prompt)")
     p.add_argument("--calibrate-grid", action="append", default=[], metavar="KNOB=V,V,...",
                    help="candidates of one knob for ':calibrate=true' methods (repeatable; each kind uses "
                         "its own knobs, the others keep decoding/calibrate.py's defaults), e.g. num_nodes=8,16")
@@ -493,26 +394,29 @@ def parse_grid(items: list[str]) -> dict[str, tuple[int, ...]]:
     return grid
 
 
-def write_results(out_dir: Path, meta: dict, records: list[dict], group: list[dict], rows: list[dict]) -> None:
-    """Writes a finished (batch size, temperature) group's completions and rewrites results.json /
-    results.md with every row so far (meta["complete"] is False until the last group), so an
-    interrupted run keeps the groups it finished."""
-    for r in group:  # every method's completions, for inspection
-        name = output_name(r)
-        with (out_dir / name).open("w", encoding="utf-8") as f:
-            for rec, ids, text in zip(records, r["token_ids"], r["texts"]):
-                f.write(json.dumps({"id": rec["id"], "text": text, "token_ids": ids}, ensure_ascii=False) + "\n")
-        if r.get("adapt_events") is not None:
-            with (out_dir / name.replace("outputs_", "adapt_")).open("w", encoding="utf-8") as f:
-                for e in r["adapt_events"]:
-                    f.write(json.dumps(e) + "\n")
-    summary = [{k: v for k, v in r.items() if k not in ("token_ids", "texts", "adapt_events")} for r in rows]
-    (out_dir / "results.json").write_text(json.dumps({"meta": meta, "results": summary}, indent=2))
-    status = "" if meta["complete"] else "\n(partial: the run has not finished every group yet)\n"
-    md = f"# specblock-bench\n\n{meta['date']}, {meta['machine']['platform']}, " \
-         f"{meta['machine']['cpus']} CPUs, backend {meta['machine']['backend']}\n\n" \
-         f"`{meta['command']}`\n{status}\n{table(rows)}\n"
-    (out_dir / "results.md").write_text(md)
+def calibration_split(records: list[dict], args, calibrating: bool) -> tuple[list[dict], list[dict]]:
+    """(calibration records, measured records) from --prompts' records after --skip: when a method
+    calibrates, the first --calibrate-prompts records (or --calibrate-from's) calibrate and are not
+    measured; the measurement takes --limit of the rest. SystemExit when a calibration prompt is
+    also a measured one, or when either set is empty."""
+    if not calibrating:
+        return [], records[: args.limit] if args.limit else records
+    k = max(1, args.calibrate_prompts)
+    if args.calibrate_from is None:
+        cal, rest, source = records[:k], records[k:], args.prompts
+    else:
+        cal, rest, source = read_prompts(args.calibrate_from)[0][:k], records, args.calibrate_from
+    measured = rest[: args.limit] if args.limit else rest
+    if not cal:
+        raise SystemExit(f"calibration: no prompt to calibrate on in {source}")
+    if not measured:
+        raise SystemExit(f"no prompt left to measure once the first {len(cal)} prompts of {source} calibrate "
+                         "(lower --calibrate-prompts or give --calibrate-from)")
+    texts = {r["prompt"] for r in cal}
+    if clash := [r["id"] for r in measured if r["prompt"] in texts]:
+        raise SystemExit(f"calibration: measured record(s) {', '.join(clash[:5])} repeat a calibration prompt "
+                         f"of {source}; calibration prompts must not be measured")
+    return cal, measured
 
 
 def warn_map_limit(methods: list[str], path: str = "/proc/sys/vm/max_map_count") -> str | None:
@@ -549,8 +453,8 @@ def main(argv=None) -> int:
         cli_method(split_adapt(split_calibrate(m)[0])[0])  # fail fast on an unknown method
     target = sbj.load_target(args.target)
     records, errors = read_prompts(args.prompts)
-    records = records[args.skip:]
-    records = records[: args.limit] if args.limit else records
+    cal_records, records = calibration_split(records[args.skip:], args,
+                                             any(split_calibrate(m)[1] for m in methods))
     prompts = [r["prompt"] for r in records]
     args.out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
@@ -561,7 +465,9 @@ def main(argv=None) -> int:
         "target": str(args.target), "target_params": sbj.models.count_params(target.params),
         "prompts": str(args.prompts), "num_prompts": len(prompts), "skipped_records": len(errors),
         "batch_sizes": [int(b) for b in str(args.batch_size).split(",")], "max_new_tokens": args.max_new_tokens, "seed": args.seed,
-        "calibrate_prompts": args.calibrate_prompts, "calibrate_grid": args.calibrate_grid,
+        "rounds": args.rounds, "calibrate_grid": args.calibrate_grid,
+        "calibration_prompts": {"source": str(args.calibrate_from or args.prompts), "held_out": args.calibrate_from is None,
+                                "ids": [r["id"] for r in cal_records]} if cal_records else None,
     }
     rows = []
     mark = cached_count()
@@ -575,27 +481,27 @@ def main(argv=None) -> int:
                           "compile_s": sum({r.stats.batch: r.stats.compile_s for r in warm}.values())}
         print(f"warm-up (untimed): target-only on {len(warm)} prompts, {meta['warmup']['wall_s']:.1f} s", flush=True)
     for i, (batch_size, temperature) in enumerate(groups):
-        if args.rounds == 1:
-            group = [run_method(target, prompts, m, temperature, batch_size, args) for m in methods]
-        else:
-            group = run_rounds(target, prompts, methods, temperature, batch_size, args)
-        base = group[0]  # ar
-        for r in group:
-            r["speedup"] = r["tokens_per_s"] / base["tokens_per_s"]
-            r["achieved_over_ideal"] = r["speedup"] / r["ideal_speedup"]
-            # token equality is the greedy guarantee; sampled runs draw other random numbers
-            r["same_as_ar"] = (float(np.mean([a == b for a, b in zip(r["token_ids"], base["token_ids"])]))
-                               if temperature == 0 else None)
+        group = run_rounds(target, prompts, methods, temperature, batch_size, args,
+                           [r["prompt"] for r in cal_records])
+        compare(group, temperature)  # group[0] is ar's
         rows += group
         write_results(args.out_dir, {**meta, "complete": i == len(groups) - 1}, records, group, rows)
         # a group's executables (every method's loops, adapters, auto options) serve no later group:
         # XLA:CPU runs out of code memory when a long run keeps them all (a 4-group run crashed)
         release(mark)
     replot(args.out_dir)
-    print("\n" + table(rows))
-    print(f"\nwrote {args.out_dir}/results.json, results.md, speedup.png and the completions "
-          f"(outputs_*.jsonl)")
+    print("\n" + table(rows) + "\n\n" + "\n".join(closing_lines(rows, args.out_dir, own_command(args))))
     return 0
+
+
+def own_command(args) -> str:
+    """The same comparison on one's own Hugging Face checkpoint, prompts and drafter (this run's
+    settings where they differ from the defaults)."""
+    defaults = parse_args(["--prompts", "-", "--out-dir", "-"])
+    same = [f"--{k.replace('_', '-')} {getattr(args, k)}" for k in ("temperatures", "batch_size", "max_new_tokens")
+            if getattr(args, k) != getattr(defaults, k)]
+    return " ".join(["specblock-bench --target /path/to/hf_model --prompts your_prompts.jsonl",
+                     "--methods ar,prompt_lookup,/path/to/drafter", *same, "--out-dir your_bench"])
 
 
 if __name__ == "__main__":
