@@ -129,9 +129,9 @@ def oracle_method(drafter, folder: str, target, method: str):
     """The routing drafter `drafter` with each request routed to its label's best size
     (`specblock_jax.drafters.blockpilot_labels.oracle_table`: measured speed, ties to the training
     block size)."""
-    from specblock_jax.drafters.blockpilot_labels import oracle_table
     from specblock_jax.decoding.generate import encode_prompts
     from specblock_jax.decoding.routed import TableRoutes, is_routing
+    from specblock_jax.drafters.blockpilot_labels import oracle_table
 
     inner, params = drafter if isinstance(drafter, tuple) else (drafter, ())
     if not is_routing(inner):
