@@ -7,6 +7,18 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# JAX's persistent compilation cache, shared by the xdist workers and by the command-line tools the
+# tests start as subprocesses (they inherit these variables), and kept between local runs: an
+# executable one process compiled, the others load instead of compiling it again. Every compile is
+# cached, however short; the size cap turns on the cache's file lock, so no process reads a
+# half-written entry. SBJ_TEST_JAX_CACHE="" turns it off.
+_CACHE_DIR = os.environ.get("SBJ_TEST_JAX_CACHE", os.path.join(os.path.dirname(__file__), "..", ".cache", "jax"))
+if _CACHE_DIR:
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.abspath(_CACHE_DIR))
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+    os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 * 2**30))
+
 import numpy as np
 import pytest
 

@@ -32,7 +32,6 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import specblock_jax as sbj  # noqa: E402
 from specblock_jax import parallel  # noqa: E402
 from specblock_jax.drafters.blockpilot import BlockPilotDrafter, PolicyConfig, init_policy  # noqa: E402
@@ -161,8 +160,8 @@ def run_decode() -> dict:
     dflash, df_params = df_task.decoding_drafter(df_task.init_params(jax.random.key(7)))
     policy = PolicyConfig((2, 3, 4), "topk", 4, CFG.vocab_size, 16)
     graphdef, pparams = init_policy(policy, seed=3)
-    pilot = (BlockPilotDrafter(DFlashDrafter(dflash.config, dflash.graphdef, block_size=4), policy, graphdef),
-             {"dflash": df_params, "policy": pparams})
+    pilot = sbj.LoadedDrafter(BlockPilotDrafter(DFlashDrafter(dflash.config, dflash.graphdef, block_size=4), policy,
+                                                graphdef), {"dflash": df_params, "policy": pparams})
     methods = {"ar": None, "prompt_lookup": "prompt_lookup", "eagle3": eagle, "specblock": specblock,
                "blockpilot": pilot}
     # one device: BlockPilot routes each request to a DFlash drafter of its size; under a mesh it
@@ -199,7 +198,8 @@ def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 96) -> dict[s
     import functools
     import re
 
-    from specblock_jax.decoding.autoregressive import ar_loop
+    from specblock_jax.decoding.loop import LoopSpec
+    from specblock_jax.decoding.prefill import LoopInputs
     from specblock_jax.decoding.sampling import SamplingParams
     from specblock_jax.parallel.decoding import run_sharded
 
@@ -207,12 +207,13 @@ def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 96) -> dict[s
         return jax.ShapeDtypeStruct(shape, dt, sharding=plan.batch_sharding(len(shape)))
 
     psh = plan.param_shardings(tgt.params)
-    args = (jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
-                         tgt.params, psh),
-            rows((b, p), np.int32), rows((b,), np.int32), rows((b,), np.int32),
-            SamplingParams(rows((b,), np.float32), rows((b,), np.int32), rows((b,), np.float32)),
-            jax.ShapeDtypeStruct((8,), np.int32, sharding=plan.replicated()), rows((b, 2), np.uint32))
-    fn = functools.partial(run_sharded, plan, ar_loop, tgt.graphdef, CFG, s, 8)
+    inputs = LoopInputs(rows((b, p), np.int32), rows((b,), np.int32), rows((b,), np.int32),
+                        SamplingParams(rows((b,), np.float32), rows((b,), np.int32), rows((b,), np.float32)),
+                        jax.ShapeDtypeStruct((8,), np.int32, sharding=plan.replicated()), rows((b, 2), np.uint32))
+    args = (jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), tgt.params, psh),
+            (), inputs)
+    fn = functools.partial(run_sharded, plan, LoopSpec.decode, LoopSpec(graphdef=tgt.graphdef, cfg=CFG, cache_len=s,
+                                                                        max_new=8))
     text = jax.jit(fn).lower(*args).compile().as_text()
     pattern = rf"f32\[(?:\d+,)?\d+,\d+,{s},{CFG.head_dim}\]"  # [L, B, K, S, D] or one layer's slice
     return dict(collections.Counter(re.findall(pattern, text)))

@@ -146,26 +146,20 @@ def test_cli_mesh_errors_are_clear(tmp_path, capsys):
 
 # ------------------------------------------------------------------ 8 simulated devices
 
-@pytest.fixture(scope="module")
-def checks(tmp_path_factory) -> dict:
-    """Runs every check of tests/multidevice_sharding.py once (one subprocess, ~2 min)."""
-    out = tmp_path_factory.mktemp("sharding") / "checks.json"
+def run_checks(mode: str, tmp_path) -> dict:
+    """Runs one mode of tests/multidevice_sharding.py (train, decode or checkpoint) in a subprocess
+    with 8 simulated devices; each mode is its own test, so xdist workers run them side by side."""
+    out = tmp_path / "checks.json"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     env.pop("XLA_FLAGS", None)
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "multidevice_sharding.py"), "all",
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "multidevice_sharding.py"), mode,
                            str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return json.loads(out.read_text())
 
 
-def result(checks: dict, mode: str) -> dict:
-    res = checks[mode]
-    assert "error" not in res, res["error"]
-    return res
-
-
-def test_sharded_training_matches_one_device(checks):
-    res = result(checks, "train")
+def test_sharded_training_matches_one_device(tmp_path):
+    res = result(run_checks("train", tmp_path), "train")
     assert set(res["meshes"]) == {"8x1", "4x2", "2x4"}
     for name, entry in res["meshes"].items():
         sgd = entry["sgd"]
@@ -180,8 +174,8 @@ def test_sharded_training_matches_one_device(checks):
     assert res["meshes"]["4x2"]["specs"]["layer/o_proj"] == "P('model', None, 'data')"
 
 
-def test_sharded_decoding_is_token_identical(checks):
-    res = result(checks, "decode")
+def test_sharded_decoding_is_token_identical(tmp_path):
+    res = result(run_checks("decode", tmp_path), "decode")
     assert set(res["meshes"]) == {"8x1", "4x2", "2x4"}
     for name, methods in res["meshes"].items():
         for method, entry in methods.items():
@@ -200,8 +194,8 @@ def test_sharded_decoding_is_token_identical(checks):
     assert all(re.fullmatch(r"f32\[(\d+,)?2,1,96,8\]", x) for x in shapes), shapes
 
 
-def test_checkpoint_saved_on_4x2_restores_on_8x1_and_1x1(checks):
-    res = result(checks, "checkpoint")
+def test_checkpoint_saved_on_4x2_restores_on_8x1_and_1x1(tmp_path):
+    res = result(run_checks("checkpoint", tmp_path), "checkpoint")
     for name, devices in (("8x1", 8), ("1x1", 1), ("none", 1)):
         entry = res["restore"][name]
         assert entry["max_abs_diff"] == 0.0, (name, entry)
