@@ -88,8 +88,8 @@ from .labels import method_label
 
 def drafter_forwards_per_step(drafter) -> int:
     """Drafter forwards per decoding step (0 for ar and prompt lookup; an auto method's drafter's)."""
-    resolved = resolve_drafter(drafter.spec if isinstance(drafter, sbj.decoding.AutoServe) else drafter)
-    return 0 if resolved is None else int(getattr(resolved[0], "forwards_per_step", 0))
+    resolved = resolve_drafter(drafter.loaded if isinstance(drafter, sbj.decoding.AutoServe) else drafter)
+    return 0 if resolved is None else int(getattr(resolved.drafter, "forwards_per_step", 0))
 
 
 def split_calibrate(method: str) -> tuple[str, bool]:
@@ -129,11 +129,11 @@ def oracle_method(drafter, folder: str, target, method: str):
     """The routing drafter `drafter` with each request routed to its label's best size
     (`specblock_jax.drafters.blockpilot_labels.oracle_table`: measured speed, ties to the training
     block size)."""
-    from specblock_jax.decoding.generate import encode_prompts
+    from specblock_jax.decoding.job import encode_prompts
     from specblock_jax.decoding.routed import TableRoutes, is_routing
     from specblock_jax.drafters.blockpilot_labels import oracle_table
 
-    inner, params = drafter if isinstance(drafter, tuple) else (drafter, ())
+    inner, params = drafter if isinstance(drafter, sbj.LoadedDrafter) else (drafter, ())
     if not is_routing(inner):
         raise SystemExit(f"--methods: {method!r}: oracle= routes a BlockPilot drafter; this one does not route")
     try:
@@ -141,7 +141,7 @@ def oracle_method(drafter, folder: str, target, method: str):
                               inner.dflash.config.block_size)
     except (OSError, ValueError, KeyError) as e:
         raise SystemExit(f"--methods: {method!r}: {e}") from None
-    return TableRoutes(inner, table, name=f"oracle={folder}"), params
+    return sbj.LoadedDrafter(TableRoutes(inner, table, name=f"oracle={folder}"), params)
 
 
 def profile_summary(results) -> dict:
@@ -194,7 +194,8 @@ def prepare_method(target, method, temperature, batch_size, args, cal_prompts: l
         print(f"calibrating {method_label(method)} on {len(cal_prompts)} prompts "
               f"(T={temperature:g}, batch {batch_size})", flush=True)
         try:
-            grid = {k: args.calibrate_grid.get(k, v) for k, v in default_grid(resolve_drafter(drafter)[0]).items()}
+            own = default_grid(resolve_drafter(drafter).drafter)
+            grid = {k: args.calibrate_grid.get(k, v) for k, v in own.items()}
             calibration = calibrate(target, drafter, cal_prompts, grid, max_new_tokens=args.max_new_tokens,
                                     batch_size=batch_size, temperature=temperature, seed=args.seed,
                                     verify_timing=False)

@@ -48,7 +48,7 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from specblock_jax import parallel
 from specblock_jax.decoding import methods
-from specblock_jax.decoding.generate import encode_prompts
+from specblock_jax.decoding.job import encode_prompts
 from specblock_jax.training import chat
 
 log = logging.getLogger("specblock-decode")
@@ -164,10 +164,10 @@ def make_adapter(method: str, drafter, settings: str):
     """An Adapter for a resolved drafter method, or a clear exit for one that cannot adapt."""
     from specblock_jax.adaptation import AdaptConfig, Adapter
 
-    if not isinstance(drafter, tuple):
+    if not isinstance(drafter, sbj.LoadedDrafter):
         raise SystemExit(f"adaptation: method {method!r} has no trainable drafter")
     try:
-        return Adapter(drafter[0], drafter[1], AdaptConfig.parse(settings))
+        return Adapter(drafter, AdaptConfig.parse(settings))
     except ValueError as e:
         raise SystemExit(f"adaptation ({method!r}): {e}") from None
 
@@ -307,8 +307,8 @@ def main(argv=None) -> int:
     if mesh is not None:  # lay the weights out once (generate then finds them in place)
         plan = parallel.ShardingPlan(mesh)
         target = target.replace(params=plan.put(target.params))
-        if isinstance(drafter, tuple):
-            drafter = (drafter[0], plan.put(drafter[1]))
+        if isinstance(drafter, sbj.LoadedDrafter):
+            drafter = drafter._replace(params=plan.put(drafter.params))
     for rec in records:  # conversations become token ids: the template with its generation prompt
         if rec["messages"]:
             rec["prompt"] = chat.generation_prompt(tok, rec["messages"], fmt)

@@ -6,9 +6,9 @@ The public API (functional): load a target, run it, generate from it, save it.
     target = sbj.load_target("path/to/hf_dir")
     logits = sbj.forward(target, token_ids)            # [B, T] -> [B, T, V]
     results = sbj.generate(target, ["def f(x):"], max_new_tokens=64)            # target only
-    drafter = sbj.load_drafter("assets/drafters/eagle3", target)
+    drafter = sbj.load_drafter("assets/drafters/eagle3", target)   # a LoadedDrafter(drafter, params)
     results = sbj.generate(target, ["def f(x):"], drafter=drafter)              # speculative
-    adapter = sbj.adaptation.Adapter(*drafter)                                  # serving-time
+    adapter = sbj.adaptation.Adapter(drafter)                                   # serving-time
     results = sbj.generate(target, prompts, drafter=drafter, adapter=adapter)   # adaptation
     sbj.save_target(target, "out_dir")
 """
@@ -23,7 +23,8 @@ from specblock_jax import adaptation, decoding, drafters, models, parallel, tree
 # Decoding: batched generation, autoregressive or speculative, what it returns, prompt files.
 from specblock_jax.decoding import GenerationResult, GenerationStats, SamplingParams, generate, read_prompts
 
-# Drafters: folders of any registered kind.
+# Drafters: folders of any registered kind, loaded with their weights.
+from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.drafters.io import load_drafter, save_drafter
 
 # Targets: Qwen3 / Llama-3 decoders, their KV cache and Hugging Face checkpoints.
@@ -44,7 +45,7 @@ from specblock_jax.models import (
 __all__ = [
     "adaptation", "decoding", "drafters", "models", "parallel", "trees",
     "GenerationResult", "GenerationStats", "SamplingParams", "generate", "read_prompts",
-    "load_drafter", "save_drafter",
+    "LoadedDrafter", "load_drafter", "save_drafter",
     "CheckpointError", "KVCache", "ModelConfig", "RopeConfig", "Target", "UnsupportedModelError",
     "forward", "init_cache", "init_target", "load_target", "save_target",
 ]

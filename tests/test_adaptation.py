@@ -45,7 +45,7 @@ def prompts():
 
 
 def _adapter(drafter, **settings):
-    return Adapter(drafter[0], drafter[1], AdaptConfig(**{"min_rows": 2, "window": 40, "capacity": 8,
+    return Adapter(drafter, AdaptConfig(**{"min_rows": 2, "window": 40, "capacity": 8,
                                                           "batch_rows": 2, "eval_rows": 2, **settings}))
 
 
@@ -283,7 +283,7 @@ def test_bad_settings_and_kinds_are_refused(target, eagle3):
     assert AdaptConfig.parse("subset=layer+fc,cost_scale=0,rollback=false") == AdaptConfig(
         subset="layer,fc", cost_scale=0.0, rollback=False)
     with pytest.raises(ValueError, match="cannot adapt|trainable weights"):
-        Adapter(sbj.drafters.prompt_lookup.PromptLookup(), ())
+        Adapter(sbj.LoadedDrafter(sbj.drafters.prompt_lookup.PromptLookup(), ()))
     with pytest.raises(ValueError, match="the drafter the adapter was built for"):
         sbj.generate(target, [[1, 2, 3]], drafter="prompt_lookup", adapter=_adapter(eagle3))
 
@@ -318,7 +318,7 @@ def test_sampling_follows_the_target_distribution_while_adapting(small_vocab_tar
 
     task = Eagle3Task({"num_nodes": 6, "top_k": 2, "depth": 2}, small_vocab_target)
     drafter = task.decoding_drafter(task.init_params(jax.random.key(4)))
-    ad = Adapter(*drafter, AdaptConfig(cost_scale=0.0, min_rows=2, window=8, capacity=16, batch_rows=2,
+    ad = Adapter(drafter, AdaptConfig(cost_scale=0.0, min_rows=2, window=8, capacity=16, batch_rows=2,
                                        eval_rows=2, learning_rate=1e-2, rollback=False))
     prompt = [1, 2, 3]
     res = sbj.generate(small_vocab_target, [prompt] * 6000, drafter=drafter, adapter=ad, temperature=1.0,

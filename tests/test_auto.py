@@ -42,7 +42,7 @@ def test_the_choice_explores_every_option_then_serves_the_fastest_and_rechecks_l
     picks = _serve(close, lambda o, n: {"ar": 100.0, 4: 300.0, 8: 250.0}[o], 50)
     assert [n for n, (o, why) in enumerate(picks) if o == 8 and why == "recheck"] == [9, 22, 47]
     with pytest.raises(ValueError, match="no tree budget"):
-        AutoServe((RandomTreeDrafter(6, V), ()), budgets=(4,))
+        AutoServe(sbj.LoadedDrafter(RandomTreeDrafter(6, V), ()), budgets=(4,))
     with pytest.raises(ValueError, match="slow"):
         AutoServe("prompt_lookup", slow=0.0)
 
@@ -116,7 +116,7 @@ def test_auto_sampling_follows_the_target_distribution_while_switching(small_voc
     """6000 draws in chunks of 1000: target-only and speculation with a stochastic drafter far from
     the target both serve chunks; the pooled (t2, t3) pairs match the target's exact distribution."""
     prompt = [1, 2, 3]
-    drafter = (RandomTreeDrafter(8, V, stochastic=True, max_children=4), skewed_draft_params(V))
+    drafter = sbj.LoadedDrafter(RandomTreeDrafter(8, V, stochastic=True, max_children=4), skewed_draft_params(V))
     auto = AutoServe(drafter, chunk=1000, recheck_every=2)
     counts, res = sampled_pair_counts(small_vocab_target, auto, V, prompt, 6000, 1.0)
     served = {e["option"] for e in auto.events}

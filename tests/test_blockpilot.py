@@ -68,16 +68,17 @@ def test_masked_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target,
     assert len(set(chosen.tolist())) >= 2  # the batch really mixes sizes
     # sampled: same random streams per prompt, so a mixed batch must give each row's tokens exactly
     kw = dict(temperature=1.0, max_new_tokens=16, seed=2)
-    mixed = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=len(prompts), **kw)
-    alone = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=1, **kw)
+    mixed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=len(prompts), **kw)
+    alone = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=1, **kw)
     for m, a in zip(mixed, alone):
         assert m.token_ids == a.token_ids and m.stats.tau == a.stats.tau
     # greedy: each row drafts exactly as a DFlash drafter whose static block is that row's size
-    mixed = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=len(prompts), max_new_tokens=16)
+    mixed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=len(prompts),
+                         max_new_tokens=16)
     size = max(set(chosen.tolist()), key=chosen.tolist().count)  # the largest group
     rows = [i for i in range(len(prompts)) if chosen[i] == size]
     fixed = DFlashDrafter(task.config, task.graphdef, block_size=int(size))
-    res = sbj.generate(target, [prompts[i] for i in rows], drafter=(fixed, params["dflash"]),
+    res = sbj.generate(target, [prompts[i] for i in rows], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
                        batch_size=len(prompts), max_new_tokens=16)
     assert [r.stats.tau for r in res] == [mixed[i].stats.tau for i in rows]
     assert [r.token_ids for r in res] == [mixed[i].token_ids for i in rows]
@@ -97,18 +98,19 @@ def test_routed_requests_draft_exactly_their_size_and_equal_decoding_alone(targe
     assert len(set(chosen)) >= 2
     outputs = []
     for kw in (dict(max_new_tokens=16), dict(temperature=1.0, max_new_tokens=16, seed=2)):
-        routed = sbj.generate(target, prompts, drafter=(drafter, params), batch_size=4, **kw)
+        routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=4, **kw)
         outputs.append([r.token_ids for r in routed])
         assert [r.stats.route["group"] for r in routed] == chosen
         assert [r.index for r in routed] == list(range(len(prompts)))
         for i, p in enumerate(prompts):
             fixed = DFlashDrafter(task.config, task.graphdef, block_size=chosen[i])
-            alone = sbj.generate(target, [p], drafter=(fixed, params["dflash"]), batch_size=1, key_index=[i], **kw)[0]
+            alone = sbj.generate(target, [p], drafter=sbj.LoadedDrafter(fixed, params["dflash"]), batch_size=1,
+                                 key_index=[i], **kw)[0]
             assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau, i
     ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=4)
     assert outputs[0] == [a.token_ids for a in ar]
     before = compilation_count()  # warm: a new job with other prompts compiles nothing
-    sbj.generate(target, prompts[::-1], drafter=(drafter, params), batch_size=4, max_new_tokens=16)
+    sbj.generate(target, prompts[::-1], drafter=sbj.LoadedDrafter(drafter, params), batch_size=4, max_new_tokens=16)
     assert compilation_count() == before
 
 
@@ -190,7 +192,7 @@ def test_shipped_blockpilot_drafter_loads_and_is_lossless():
     lines = (root / "assets/prompts/heldout.jsonl").read_text().splitlines()[:4]
     prompts = [json.loads(x)["prompt"] for x in lines]
     ar = sbj.generate(target, prompts, max_new_tokens=32, batch_size=4)
-    spec = sbj.generate(target, prompts, drafter=(drafter, params), max_new_tokens=32, batch_size=4)
+    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=32, batch_size=4)
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
 
 
@@ -328,14 +330,16 @@ def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
     prompts = _prompts()
     given = [SIZES[i % len(SIZES)] for i in range(len(prompts))]
     oracle = TableRoutes(drafter, {tuple(p): s for p, s in zip(prompts, given)}, name="oracle")
-    routed = sbj.generate(target, prompts, drafter=(oracle, params), batch_size=4, max_new_tokens=12)
+    routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(oracle, params), batch_size=4, max_new_tokens=12)
     assert [r.stats.route["group"] for r in routed] == given
     for i in (0, 1, 2):
         fixed = DFlashDrafter(task.config, task.graphdef, block_size=given[i])
-        alone = sbj.generate(target, [prompts[i]], drafter=(fixed, params["dflash"]), max_new_tokens=12)[0]
+        alone = sbj.generate(target, [prompts[i]], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
+                             max_new_tokens=12)[0]
         assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau
     with pytest.raises(ValueError, match="oracle: prompt 0 .* no entry in the route table"):
-        sbj.generate(target, [[1, 2, 3, 4, 5, 6, 7, 0, 0, 1, 1, 1, 1, 1, 1, 1]], drafter=(oracle, params))
+        sbj.generate(target, [[1, 2, 3, 4, 5, 6, 7, 0, 0, 1, 1, 1, 1, 1, 1, 1]],
+                     drafter=sbj.LoadedDrafter(oracle, params))
     with pytest.raises(ValueError, match="only for a routing drafter"):
         TableRoutes(drafter.dflash, {})
 

@@ -116,7 +116,7 @@ def test_greedy_dflash_decoding_equals_autoregressive(target, task, params):
     ar = sbj.generate(target, prompts, max_new_tokens=20, batch_size=4)
     for mode, size, batch in (("greedy", 4, 4), ("auto", 3, 1)):
         d = DFlashDrafter(task.config, task.graphdef, block_size=size, draft_mode=mode)
-        spec = sbj.generate(target, prompts, drafter=(d, dparams), max_new_tokens=20, batch_size=batch)
+        spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(d, dparams), max_new_tokens=20, batch_size=batch)
         assert [s.token_ids for s in spec] == [a.token_ids for a in ar], (mode, size, batch)
         assert np.mean([s.stats.tau for s in spec]) > 1.03  # some drafts are accepted (random drafter)
 
@@ -126,8 +126,8 @@ def test_sampled_dflash_decoding_matches_the_target_distribution(target, task, p
     """The engine's distribution test (tests/test_speculative.py) with this drafter's sampled drafts."""
     drafter = DFlashDrafter(task.config, task.graphdef, block_size=3, draft_mode=mode)
     prompt, draws = [1, 2, 3], 6000
-    counts, res = sampled_pair_counts(target, (drafter, task.decoding_drafter(params)[1]), V, prompt, draws,
-                                      temp, top_k, top_p)
+    loaded = sbj.LoadedDrafter(drafter, task.decoding_drafter(params).params)
+    counts, res = sampled_pair_counts(target, loaded, V, prompt, draws, temp, top_k, top_p)
     exact = _exact_pair_distribution(target, prompt, temp, top_k, top_p)
     assert _chi_square_pvalue(counts, exact) > 1e-3
     assert _chi_square_pvalue(counts, _exact_pair_distribution(target, prompt, temp * 1.25, top_k, top_p)) < 1e-6

@@ -87,8 +87,8 @@ def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_di
 
     import importlib
 
-    compiled_mod, generate_mod, refill_mod = (importlib.import_module(f"specblock_jax.decoding.{m}")
-                                              for m in ("compiled", "generate", "refill"))
+    compiled_mod, decode_mod, refill_mod = (importlib.import_module(f"specblock_jax.decoding.{m}")
+                                            for m in ("compiled", "decode", "refill"))
 
     calls = []
 
@@ -112,25 +112,25 @@ def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_di
         if warm is not None and (fn, static, compiled_mod._signature(args), kw.get("donate_argnums", ())) \
                 not in compiled_mod._EXECUTABLES:
             w = warm(args)
-            if fn.__name__ == "ar_loop":  # (params, tokens, lengths, budgets, ...)
-                seen.append((fn.__name__, np.asarray(args[3]), np.asarray(w[3]), None, None))
-            elif fn.__name__ in ("run_rows", "insert_rows"):  # (params, dparams, stop_ids, state, ...)
-                fresh = all(a is not b for a, b in zip(jax.tree.leaves(w[3]), jax.tree.leaves(args[3])))
-                seen.append((fn.__name__, np.asarray(args[3].budgets), np.asarray(w[3].budgets),
-                             np.asarray(args[3].generated), fresh))
+            if fn.__name__ == "decode":  # (params, drafter params, inputs)
+                seen.append((fn.__name__, np.asarray(args[2].budgets), np.asarray(w[2].budgets), None, None))
+            elif fn.__name__ in ("run", "insert_rows"):  # (params, drafter params, state, ...)
+                fresh = all(a is not b for a, b in zip(jax.tree.leaves(w[2]), jax.tree.leaves(args[2])))
+                seen.append((fn.__name__, np.asarray(args[2].budgets), np.asarray(w[2].budgets),
+                             np.asarray(args[2].generated), fresh))
             else:
                 seen.append((fn.__name__, None, None, None, None))
         return compiled_mod.compiled(fn, static, *args, warm=warm, **kw)
 
-    monkeypatch.setattr(generate_mod, "compiled", recording)
+    monkeypatch.setattr(decode_mod, "compiled", recording)
     monkeypatch.setattr(refill_mod, "compiled", recording)
     compiled_mod.release(0)  # every executable new again
     static = sbj.generate(target, PROMPTS, max_new_tokens=9, batch_size=4, refill=False)
     stream = sbj.generate(target, PROMPTS, max_new_tokens=9, batch_size=2, refill=True)
     assert [r.token_ids for r in static] == [r.token_ids for r in stream] == plain
-    assert {"ar_loop", "start_rows", "run_rows", "insert_rows"} <= {name for name, *_ in seen}
+    assert {"decode", "start", "run", "insert_rows"} <= {name for name, *_ in seen}
     for name, budgets, warm_budgets, generated, fresh in seen:
-        if name == "ar_loop":  # budgets capped at two tokens
+        if name == "decode":  # budgets capped at two tokens
             assert budgets.tolist() == [9] * 4 and warm_budgets.tolist() == [2] * 4
-        if name in ("run_rows", "insert_rows"):  # a copy of the state, each row one step from its end
+        if name in ("run", "insert_rows"):  # a copy of the state, each row one step from its end
             assert fresh and (warm_budgets == np.minimum(budgets, generated + 1)).all()

@@ -75,8 +75,8 @@ def test_eagle3_export_import_round_trip(target, eagle, fmt, tmp_path):
                                _eagle_logits(drafter, params, target, tokens), rtol=1e-5, atol=1e-5)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
     ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=2)
-    a = sbj.generate(target, prompts, drafter=(drafter, params), max_new_tokens=16, batch_size=2)
-    b = sbj.generate(target, prompts, drafter=(loaded, lp), max_new_tokens=16, batch_size=2)
+    a = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=16, batch_size=2)
+    b = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(loaded, lp), max_new_tokens=16, batch_size=2)
     assert [r.token_ids for r in b] == [r.token_ids for r in a] == [r.token_ids for r in ar]
     assert [(r.stats.tau, r.stats.target_forwards) for r in b] == [(r.stats.tau, r.stats.target_forwards) for r in a]
 
@@ -172,7 +172,7 @@ def test_independent_speculators_checkpoint_matches_the_reference_forward(target
     np.testing.assert_allclose(ours, ref, atol=1e-4, rtol=1e-4)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
     ar = sbj.generate(target, prompts, max_new_tokens=12, batch_size=2)
-    spec = sbj.generate(target, prompts, drafter=(drafter, params), max_new_tokens=12, batch_size=2)
+    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=12, batch_size=2)
     assert [r.token_ids for r in spec] == [r.token_ids for r in ar]
 
 
@@ -191,9 +191,9 @@ def test_dflash_export_import_round_trip(target, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
     for temperature in (0.0, 1.0):  # greedy and sampled: the same draws with the same weights
-        a = sbj.generate(target, prompts, drafter=(drafter, bundle), max_new_tokens=12, batch_size=2,
+        a = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, bundle), max_new_tokens=12, batch_size=2,
                          temperature=temperature, seed=4)
-        b = sbj.generate(target, prompts, drafter=(loaded, lp), max_new_tokens=12, batch_size=2,
+        b = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(loaded, lp), max_new_tokens=12, batch_size=2,
                          temperature=temperature, seed=4)
         assert [r.token_ids for r in b] == [r.token_ids for r in a]
         assert [(r.stats.tau, r.stats.target_forwards) for r in b] == [

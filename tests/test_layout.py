@@ -160,7 +160,8 @@ def test_a_drafter_that_breaks_the_tree_contract_gets_a_clear_error():
 
     target = peaked_tiny_target(24)
     with pytest.raises(ValueError, match=r"ShortTree.propose: DraftTree.valid has shape \(2, 5\), expected \(2, 6\)"):
-        sbj.generate(target, [[1, 2], [3]], drafter=(ShortTree(6, 24), ()), max_new_tokens=4, batch_size=2)
+        sbj.generate(target, [[1, 2], [3]], drafter=sbj.LoadedDrafter(ShortTree(6, 24), ()), max_new_tokens=4,
+                     batch_size=2)
 
 
 # --- scripts/ and benchmarks/: user tools and study scripts use the library's public face ---------

@@ -30,7 +30,7 @@ def target():
 def eagle3(target):
     task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)
     params = {"draft": task.init_params(jax.random.key(3)), "embed": target.params["embed_tokens"]}
-    return Eagle3Drafter(task.config, task.graphdef, num_nodes=8, top_k=2, depth=3), params
+    return sbj.LoadedDrafter(Eagle3Drafter(task.config, task.graphdef, num_nodes=8, top_k=2, depth=3), params)
 
 
 def _job(n=11, seed=0):
@@ -85,8 +85,8 @@ def test_refilling_several_rows_at_once_keeps_outputs_and_returns_less_often(tar
 def test_sampled_output_is_identical_with_refill_on_and_off(target, method):
     drafter = None
     if method == "random_tree":
-        drafter = (RandomTreeDrafter(num_nodes=6, vocab=V, stochastic=True, per_row_keys=True),
-                   jax.random.normal(jax.random.key(0), (V, V)))
+        drafter = sbj.LoadedDrafter(RandomTreeDrafter(num_nodes=6, vocab=V, stochastic=True, per_row_keys=True),
+                                  jax.random.normal(jax.random.key(0), (V, V)))
     temps = [1.0, 0.0, 0.7, 1.3] * 3  # mixed temperatures, greedy rows among them
     off, _ = _run(target, drafter, False, temperature=temps[:11], seed=3, top_k=20)
     on, _ = _run(target, drafter, True, temperature=temps[:11], seed=3, top_k=20)

@@ -41,7 +41,7 @@ def test_replayed_steps_equal_real_greedy_decoding_for_other_weights(target, kin
     rng = np.random.default_rng(0)
     prompts = [rng.integers(0, V, rng.integers(3, 15)).tolist() for _ in range(6)]
     # serve with one weight set, collecting the sequences and features (the adapter never updates)
-    ad = Adapter(*served, AdaptConfig(cost_scale=1e9, prior_gain=0.0, window=64, capacity=8, min_rows=100))
+    ad = Adapter(served, AdaptConfig(cost_scale=1e9, prior_gain=0.0, window=64, capacity=8, min_rows=100))
     real = {"served": sbj.generate(target, prompts, drafter=served, adapter=ad, max_new_tokens=20, batch_size=6),
             "other": sbj.generate(target, prompts, drafter=other, max_new_tokens=20, batch_size=6)}
     rows = ad.buffer.rows(list(range(6)))

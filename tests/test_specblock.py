@@ -232,7 +232,8 @@ def test_greedy_specblock_decoding_equals_autoregressive(target, task, settings,
     prompts = [rng.integers(0, V, rng.integers(1, 17)).tolist() for _ in range(8)]  # one bucket
     ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=4)
     for batch in batches:
-        spec = sbj.generate(target, prompts, drafter=(drafter, bundle), max_new_tokens=16, batch_size=batch)
+        spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, bundle), max_new_tokens=16,
+                            batch_size=batch)
         assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
     assert drafter.forwards_per_step == drafter.max_blocks
 

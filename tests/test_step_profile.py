@@ -11,7 +11,8 @@ import specblock_jax as sbj
 from conftest import peaked_tiny_target
 from specblock_jax.decoding import step_profile as sp
 from specblock_jax.decoding.compiled import cached_count, compilation_count
-from specblock_jax.decoding.generate import cache_length
+from specblock_jax.decoding.job import cache_length
+from specblock_jax.decoding.loop import LoopSpec
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.drafters.prompt_lookup import PromptLookup
 from specblock_jax_cli.infer import bench
@@ -36,44 +37,50 @@ def _batch():
     return tokens, jnp.asarray([5, 3], jnp.int32)
 
 
+def _spec(target, drafter, max_new, greedy=True):
+    """The loop `generate` runs for a batch of prompt bucket 16."""
+    n = 0 if drafter is None else drafter.num_nodes
+    return LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
+                    cache_len=cache_length(16, max_new, n), max_new=max_new, greedy=greedy)
+
+
 def test_every_phase_is_timed_and_a_second_call_compiles_nothing(target, eagle3):
     tokens, lengths = _batch()
     max_new = 12
-    ar = sp.step_profile(target, None, (), tokens, lengths, max_new=max_new, cache_len=cache_length(16, max_new))
+    inputs = sp.default_inputs(tokens, lengths, max_new=max_new)
+    ar = sp.step_profile(_spec(target, None, max_new), target.params, (), inputs)
     assert {k for k in ar if k.endswith("_ms")} == {"forward_1_ms"} and ar["forward_1_ms"] > 0
     assert (ar["batch"], ar["prompt_len"], ar["num_nodes"], ar["length"]) == (2, 16, 0, max_new // 2)
     for drafter, params in ((PromptLookup(num_nodes=4), ()), eagle3):
         cache_len = cache_length(16, max_new, drafter.num_nodes)
         for greedy in ((False, True) if isinstance(drafter, PromptLookup) else (True,)):
-            prof = sp.step_profile(target, drafter, params, tokens, lengths, max_new=max_new, cache_len=cache_len,
-                                   greedy=greedy)
+            prof = sp.step_profile(_spec(target, drafter, max_new, greedy), target.params, params,
+                                   sp.default_inputs(tokens, lengths, max_new=max_new, greedy=greedy))
             assert {k for k in prof if k.endswith("_ms")} == PHASE_KEYS
             assert all(prof[k] > 0 for k in PHASE_KEYS), prof
             assert prof["num_nodes"] == drafter.num_nodes and prof["cache_len"] == cache_len
     before = compilation_count()
-    again = sp.step_profile(target, *eagle3, tokens, lengths, max_new=max_new,
-                            cache_len=cache_length(16, max_new, eagle3[0].num_nodes))
+    again = sp.step_profile(_spec(target, eagle3.drafter, max_new), target.params, eagle3.params, inputs)
     assert compilation_count() == before and again == prof  # the greedy profile, cached
     sp._MEASURED.clear()  # timed again from scratch: the executables were released once timed
     held = cached_count()
-    fresh = sp.step_profile(target, *eagle3, tokens, lengths, max_new=max_new,
-                            cache_len=cache_length(16, max_new, eagle3[0].num_nodes))
+    fresh = sp.step_profile(_spec(target, eagle3.drafter, max_new), target.params, eagle3.params, inputs)
     assert compilation_count() > before and all(fresh[k] > 0 for k in PHASE_KEYS)
     assert cached_count() == held  # nothing of the profile stays cached
     with pytest.raises(ValueError, match="unknown phases"):
-        sp.step_profile(target, *eagle3, tokens, lengths, max_new=max_new, cache_len=64, phases=("draft",))
+        sp.step_profile(_spec(target, eagle3.drafter, max_new), target.params, eagle3.params, inputs,
+                        phases=("draft",))
 
 
 def test_the_drafter_state_is_advanced_to_mid_decode(target, eagle3):
     """The state the phases run on: caches, history and the drafter's `length` moved by max_new // 2."""
     drafter, params = eagle3
     tokens, lengths = _batch()
-    args = (target.params, params, tokens, lengths, jnp.full((2,), 12, jnp.int32), sbj.decoding.SamplingParams.make(2),
-            jnp.full((8,), -1, jnp.int32), jax.random.split(jax.random.key(0), 2))
-    s = sp._compiled(sp._setup, (target.graphdef, target.config, drafter, cache_length(16, 12, 4), 12), *args)(*args)
-    assert s.cache.lengths.tolist() == [11, 9] and s.dstate.length.tolist() == [11, 9]
-    assert s.ctx.hist_len.tolist() == [12, 10] and s.ctx.cache_len.tolist() == [11, 9]
-    assert s.history[0, :6].tolist() == [1, 2, 3, 4, 5, int(s.ctx.root[0])]  # prompt, then the first token
+    args = (target.params, params, sp.default_inputs(tokens, lengths, max_new=12))
+    s = sp._compiled(sp._setup, (_spec(target, drafter, 12),), *args)(*args)
+    assert s.cache.lengths.tolist() == [11, 9] and s.drafter.length.tolist() == [11, 9]
+    assert s.hist_len.tolist() == [12, 10] and sp._context(s).cache_len.tolist() == [11, 9]
+    assert s.history[0, :6].tolist() == [1, 2, 3, 4, 5, int(s.root[0])]  # prompt, then the first token
     assert not bool(jnp.any(s.done))
 
 

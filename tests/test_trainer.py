@@ -59,7 +59,7 @@ class BigramTask:
         return (ce * mask).sum() / denom, {"acc_0": acc}
 
     def decoding_drafter(self, params):
-        return PromptLookup(), ()
+        return sbj.LoadedDrafter(PromptLookup(), ())
 
     def export(self, params, out_dir: str) -> None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)

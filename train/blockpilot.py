@@ -41,7 +41,7 @@ import numpy as np
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax.decoding.generate import encode_prompts
+from specblock_jax.decoding.job import encode_prompts
 from specblock_jax.decoding.prompt_profile import median_step_profile
 from specblock_jax.decoding.prompts import read_prompts
 from specblock_jax.decoding.step_profile import step_ms

@@ -49,7 +49,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax.decoding.generate import encode_prompts
+from specblock_jax.decoding.job import encode_prompts
 from specblock_jax.training import chat
 from specblock_jax.training.regen_dataset import MODES, build_tfds, read_records
 

@@ -51,7 +51,7 @@ def main() -> None:
     drafter = sbj.load_drafter(args.drafter, target)
     records, _ = sbj.read_prompts(args.prompt_file)
     prompts = [r["prompt"] for r in records[: args.prompts]]
-    ad = Adapter(*drafter, AdaptConfig.parse(",".join(filter(None, ["cost_scale=0", args.settings]))))
+    ad = Adapter(drafter, AdaptConfig.parse(",".join(filter(None, ["cost_scale=0", args.settings]))))
     t0 = time.perf_counter()
     res = sbj.generate(target, prompts, drafter=drafter, adapter=ad, max_new_tokens=args.max_new_tokens,
                        batch_size=args.batch_size, refill=False)

@@ -38,7 +38,7 @@ def main() -> None:
     speeds: dict[str, list[float]] = {"plain": [], "collect": []}
     for rep in range(args.reps):
         for name in speeds:
-            adapter = Adapter(drafter[0], drafter[1], AdaptConfig(cost_scale=math.inf)) if name == "collect" else None
+            adapter = Adapter(drafter, AdaptConfig(cost_scale=math.inf)) if name == "collect" else None
             out = sbj.generate(target, prompts, drafter, temperature=0.0, max_new_tokens=args.max_new_tokens,
                                batch_size=args.batch_size, adapter=adapter)
             wall = sum({r.stats.batch: r.stats.total_time_s for r in out}.values())

@@ -111,8 +111,9 @@ def decode_report(batch: int, prompt: int, max_new: int, compile_: bool) -> dict
     """Lowers target-only batch decoding (the `generate` loop, as `run_sharded` runs it) of
     Qwen3-8B on the same mesh with the decoding plan: weights tensor-parallel over "model" and
     replicated across the 32 data groups, KV cache [B, S, K, D] split (data, -, model, -)."""
-    from specblock_jax.decoding.autoregressive import ar_loop
-    from specblock_jax.decoding.generate import cache_length
+    from specblock_jax.decoding.job import cache_length
+    from specblock_jax.decoding.loop import LoopSpec
+    from specblock_jax.decoding.prefill import LoopInputs
     from specblock_jax.decoding.sampling import SamplingParams
     from specblock_jax.models.kv_cache import init_cache
     from specblock_jax.parallel.decoding import run_sharded
@@ -129,11 +130,12 @@ def decode_report(batch: int, prompt: int, max_new: int, compile_: bool) -> dict
 
     sampling = SamplingParams(rows((batch,), jnp.float32), rows((batch,), jnp.int32),
                               rows((batch,), jnp.float32))
-    args = (jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), params, psh),
-            rows((batch, prompt), jnp.int32), rows((batch,), jnp.int32), rows((batch,), jnp.int32),
-            sampling, jax.ShapeDtypeStruct((8,), jnp.int32, sharding=plan.replicated()),
-            rows((batch, 2), jnp.uint32))
-    fn = functools.partial(run_sharded, plan, ar_loop, graphdef, cfg, cache_len, max_new)
+    inputs = LoopInputs(rows((batch, prompt), jnp.int32), rows((batch,), jnp.int32), rows((batch,), jnp.int32),
+                        sampling, jax.ShapeDtypeStruct((8,), jnp.int32, sharding=plan.replicated()),
+                        rows((batch, 2), jnp.uint32))
+    args = (jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), params, psh), (), inputs)
+    spec = LoopSpec(graphdef=graphdef, cfg=cfg, cache_len=cache_len, max_new=max_new)
+    fn = functools.partial(run_sharded, plan, LoopSpec.decode, spec)
     lowered = jax.jit(fn).lower(*args)
     out = {"decode_mesh": parallel.mesh_str(plan.mesh), "decode_batch": batch,
            "prompt_bucket": prompt, "max_new_tokens": max_new, "cache_len": cache_len,

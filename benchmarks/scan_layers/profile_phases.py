@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import specblock_jax as sbj
-from specblock_jax.decoding.generate import encode_prompts
+from specblock_jax.decoding.job import encode_prompts
 from specblock_jax.decoding.methods import resolve_drafter, resolve_method
 from specblock_jax.decoding.prompt_profile import median_step_profile
 

@@ -1,8 +1,9 @@
 """Serving-time drafter adaptation: a replay buffer of free labels, a jitted optax update of a
 parameter subset, and a cost-aware controller deciding when to update.
 
-    adapter = Adapter(drafter, drafter_params, AdaptConfig(subset="layer"))
-    results = sbj.generate(target, prompts, drafter=(drafter, drafter_params), adapter=adapter)
+    drafter = sbj.load_drafter("assets/drafters/eagle3", target)     # a LoadedDrafter
+    adapter = Adapter(drafter, AdaptConfig(subset="layer"))
+    results = sbj.generate(target, prompts, drafter=drafter, adapter=adapter)
     adapter.summary(); adapter.events     # decisions, time spent, predicted vs realised gains
 
 After every decoded batch, `generate` hands the adapter the batch's committed tokens and the
@@ -43,6 +44,7 @@ from specblock_jax.adaptation.controller import CostAwareController
 from specblock_jax.adaptation.replay import buffer_spans, replay_tau
 from specblock_jax.adaptation.objective import objective_for
 from specblock_jax.decoding.compiled import compiled
+from specblock_jax.drafters.base import LoadedDrafter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,8 +184,9 @@ def paired_gain(old: tuple, new: tuple) -> tuple[float, float, float, float]:
 class Adapter:
     """Per-job serving-time adaptation state for one drafter (see the module docstring)."""
 
-    def __init__(self, drafter: Any, params: Any, config: AdaptConfig = AdaptConfig(),
+    def __init__(self, loaded: LoadedDrafter, config: AdaptConfig = AdaptConfig(),
                  controller: CostAwareController | None = None):
+        drafter, params = loaded
         # a drafter that wraps a trainable one (BlockPilot: its DFlash drafter) names it with
         # `adapt_part` = (path of its params, the inner drafter): updates train the inner weights
         # with the inner kind's objective; decoding and replay use the whole drafter
@@ -285,8 +288,8 @@ class Adapter:
 
     def after_batch(self, history, hist_len, prompt_len, feats, num_rows: int, tokens: int,
                     forwards: int, decode_s: float, budget: int, remaining_budget: int) -> dict:
-        """One decoded batch (the `spec_loop` outputs with collect=True; its first `num_rows` rows
-        are real): `tokens` committed in `forwards` verification forwards (summed over rows; the
+        """One decoded batch (the speculative loop's outputs with collect=True; its first
+        `num_rows` rows are real): `tokens` committed in `forwards` verification forwards (summed over rows; the
         prefill's token excluded) in `decode_s` seconds, out of `budget` new-token budget;
         `remaining_budget` new tokens are still to be decoded in this job. Returns the event."""
         start = time.perf_counter()

@@ -6,9 +6,10 @@
 
 The options are target-only decoding ("ar") and speculation with the drafter at each tree budget
 (the kind's budget knob: `num_nodes` for EAGLE-3, SpecBlock and prompt lookup, `block_size` for
-DFlash; a kind without one, e.g. BlockPilot, is the single option "spec"). `generate` decodes the job in chunks of requests (`chunk`, default two batches), greedy
-and sampled requests apart (a temperature regime each: speculation pays very differently in the
-two). Each chunk runs with one option, chosen by `choose`:
+DFlash; a kind without one, e.g. BlockPilot, is the single option "spec"). `serve` (what
+`generate` calls with an AutoServe) decodes the job in chunks of requests (`chunk`, default two
+batches), greedy and sampled requests apart (a temperature regime each: speculation pays very
+differently in the two). Each chunk runs with one option, chosen by `choose`:
   1. every option once, target-only first, then the budgets from the smallest up (exploration); a
      budget larger than one that ran below `slow` x the fastest is not explored but waits as a
      slow option's re-check does (a larger tree rarely rescues a losing one on a compute-bound
@@ -34,9 +35,16 @@ and the chunk, as they do on the method).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
+import jax
+
+from specblock_jax.decoding.decode import OnBatch
 from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
+from specblock_jax.decoding.job import DecodeOptions, Request, renumber
+from specblock_jax.decoding.results import GenerationResult
+from specblock_jax.decoding.routed import serve
+from specblock_jax.drafters.base import LoadedDrafter
 
 BUDGET_KNOB = {"eagle3": "num_nodes", "specblock": "num_nodes", "prompt_lookup": "num_nodes",
                "dflash": "block_size", "blockpilot": None}
@@ -46,7 +54,7 @@ REGIMES = ("greedy", "sampled")
 @dataclasses.dataclass
 class AutoServe:
     """Auto serving state for one drafter; reusable across `generate` calls (what it has measured
-    carries over). drafter: a (Drafter, params) pair or "prompt_lookup"; budgets: tree budgets to
+    carries over). drafter: a `LoadedDrafter`, a Drafter or "prompt_lookup"; budgets: tree budgets to
     try (the drafter's own is always one; None: its own and half of it); chunk: requests per
     decision (0 = two batches)."""
 
@@ -65,12 +73,13 @@ class AutoServe:
     chunks: dict[str, int] = dataclasses.field(default_factory=dict)  # per regime, chunks served
 
     def __post_init__(self):
-        d, params = resolve_drafter(self.drafter)
+        self.loaded = resolve_drafter(self.drafter)
+        d = self.loaded.drafter
         kind = drafter_kind(d)
         knob = BUDGET_KNOB.get(kind)
         if self.budgets and knob is None:
             raise ValueError(f"auto: a {kind} drafter has no tree budget to vary; give no budgets")
-        self.spec, self.knob = (d, params), knob
+        self.knob = knob
         own = int(getattr(d, knob)) if knob else 0
         if self.budgets is None:
             self.budgets = (max(2, own // 2),) if knob else ()
@@ -79,15 +88,50 @@ class AutoServe:
             raise ValueError(f"auto: need recheck_every >= 2, window >= 1 and 0 < slow <= 1, got "
                              f"{self.recheck_every}, {self.window}, {self.slow}")
 
-    def drafter_for(self, option) -> Any:
-        """What `generate` takes as `drafter` for an option: None for "ar", else the drafter at
-        that budget."""
+    def drafter_for(self, option) -> LoadedDrafter | None:
+        """The drafter serving an option: None for "ar", else the drafter at that budget."""
         if option == "ar":
             return None
-        d, params = self.spec
+        d, params = self.loaded
         if option != "spec" and int(getattr(d, self.knob)) != option:
             d = dataclasses.replace(d, **{self.knob: option})
-        return d, params
+        return LoadedDrafter(d, params)
+
+    def serve(self, target, requests: Sequence[Request], options: DecodeOptions,
+              on_batch: OnBatch | None = None) -> list[GenerationResult]:
+        """The requests in chunks per temperature regime, each decoded by the option `choose`
+        picks and measured (module docstring); results in the requests' order."""
+        n = len(requests)
+        bsz = options.batch_size or min(8, max(n, 1))
+        size = self.chunk or 2 * bsz
+        profiled = set()  # each option's step is profiled in its first chunk only
+        results: list[GenerationResult | None] = [None] * n
+        batches = 0  # stats.batch numbers batches (or refill segments) across the whole job
+        for r, regime in enumerate(REGIMES):
+            idx = [i for i in range(n) if (requests[i].temperature <= 0) == (regime == "greedy")]
+            for start in range(0, len(idx), size):
+                part = idx[start:start + size]
+                option, why = self.choose(regime, remaining=-(-(len(idx) - start + self.extra_requests) // size))
+                # each chunk its own key streams: (seed, regime, chunk start) hashed into a seed
+                key = jax.random.fold_in(jax.random.key(options.seed), 2 * start + r)
+                chunk = dataclasses.replace(
+                    options, seed=int(jax.random.randint(key, (), 0, 2**31 - 1)), batch_size=bsz,
+                    profile="off" if (regime, option) in profiled else options.profile)
+                out = serve(target, renumber(requests, part, keys=True), self.drafter_for(option), chunk)
+                profiled.add((regime, option))
+                # the decode loops' wall time (prefills and refills included, compilation excluded), not
+                # the call's: step profiling (profile="all") runs outside the loops and must not count
+                loop_s = sum({res.stats.batch: res.stats.total_time_s for res in out}.values())
+                compile_s = sum({res.stats.batch: res.stats.compile_s for res in out}.values())
+                event = self.record(regime, option, why, len(part), sum(res.stats.new_tokens for res in out),
+                                    loop_s, compile_s)
+                for i, res in zip(part, out):
+                    res.stats.auto, res.stats.batch = event, res.stats.batch + batches
+                    results[i] = GenerationResult(res.text, res.token_ids, res.stats, i)
+                batches = 1 + max(results[i].stats.batch for i in part)
+                if on_batch is not None:
+                    on_batch([results[i] for i in part])
+        return results  # type: ignore[return-value]
 
     def speed(self, regime: str, option) -> float | None:
         """Tokens/s pooled over the option's last `window` chunks (None: never measured)."""

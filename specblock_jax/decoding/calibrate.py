@@ -29,6 +29,7 @@ import numpy as np
 from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.generate import generate
 from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
+from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import apply
@@ -115,7 +116,7 @@ def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Se
          "verify_ms": {N: ms of a target forward over N tokens, for N = 1 and every node budget}
                       ({} without verify_timing),
          "calibrate_s": wall time of the whole calibration, compilation included}.
-    bundle: what `generate` takes as a drafter ("prompt_lookup", a Drafter or (Drafter, params)).
+    bundle: what `generate` takes as a drafter ("prompt_lookup", a Drafter or a LoadedDrafter).
     tokens_per_s: new tokens / decode-loop wall time over the prompts (compilation excluded), at
     `batch_size` and `temperature`; the best setting has the highest. tau: mean over prompts.
     draft_ms_per_token (with draft_timing; each setting's propose and update are then compiled and
@@ -130,7 +131,7 @@ def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Se
     grid = check_grid(drafter, grid) if grid is not None else default_grid(drafter)
     table = []
     for setting in settings(grid):
-        candidate = (dataclasses.replace(drafter, **setting), params)
+        candidate = LoadedDrafter(dataclasses.replace(drafter, **setting), params)
         mark = cached_count()
         res = generate(target, prompts, drafter=candidate, max_new_tokens=max_new_tokens, batch_size=batch_size,
                        temperature=temperature, seed=seed, profile="draft" if draft_timing else "off")
@@ -151,9 +152,9 @@ def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Se
             "verify_ms": verify_ms, "calibrate_s": time.perf_counter() - start}
 
 
-def with_setting(bundle: Any, setting: dict[str, int]) -> tuple[Any, Any]:
-    """(the drafter with `setting` applied, its params) for any bundle `generate` takes."""
+def with_setting(bundle: Any, setting: dict[str, int]) -> LoadedDrafter:
+    """The drafter with `setting` applied, with its params, for any bundle `generate` takes."""
     spec = resolve_drafter(bundle)
     if spec is None:
         raise ValueError("calibrate: target-only decoding has no tree setting")
-    return dataclasses.replace(spec[0], **setting), spec[1]
+    return LoadedDrafter(dataclasses.replace(spec.drafter, **setting), spec.params)

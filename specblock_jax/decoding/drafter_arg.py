@@ -1,9 +1,10 @@
-"""What `generate` accepts as a drafter, resolved to a (Drafter, params) pair, and its kind."""
+"""What `generate` accepts as a drafter, resolved to a `LoadedDrafter`, and its kind."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.drafters.prompt_lookup import PromptLookup
 
 
@@ -14,16 +15,19 @@ def drafter_kind(drafter) -> str:
     return str(getattr(type(drafter), "kind", type(drafter).__name__))
 
 
-def resolve_drafter(drafter: Any) -> tuple[Any, Any] | None:
-    """None | "ar" -> None (autoregressive); "prompt_lookup" | a Drafter | (Drafter, params)
-    -> (drafter, params)."""
+def resolve_drafter(drafter: Any) -> LoadedDrafter | None:
+    """None | "ar" -> None (autoregressive); "prompt_lookup" | a Drafter (no weights) | a
+    LoadedDrafter -> a LoadedDrafter."""
     if drafter is None or drafter == "ar":
         return None
     if drafter == "prompt_lookup":
-        return PromptLookup(), ()
-    if isinstance(drafter, tuple) and len(drafter) == 2:
+        return LoadedDrafter(PromptLookup(), ())
+    if isinstance(drafter, LoadedDrafter):
         return drafter
+    if isinstance(drafter, tuple):
+        raise ValueError("a drafter with its weights is a LoadedDrafter(drafter, params) "
+                         "(`load_drafter` returns one), not a plain tuple")
     if hasattr(drafter, "propose"):
-        return drafter, ()
+        return LoadedDrafter(drafter, ())
     raise ValueError(f"unknown drafter {drafter!r}: use None, 'ar', 'prompt_lookup', a Drafter "
-                     "or a (Drafter, params) pair")
+                     "or a LoadedDrafter")

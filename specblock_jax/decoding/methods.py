@@ -1,7 +1,7 @@
 """Decoding methods by name: what `generate` takes as `drafter`, and the method strings of the
 command-line tools ('ar', 'prompt_lookup' or a drafter folder, with ':key=value' overrides).
 
-    resolve_drafter(None | "ar" | "prompt_lookup" | Drafter | (Drafter, params))   # drafter_arg.py
+    resolve_drafter(None | "ar" | "prompt_lookup" | Drafter | LoadedDrafter)   # drafter_arg.py
     resolve_method("auto:assets/drafters/eagle3", target)      # an AutoServe (decoding/auto.py)
     resolve_method("assets/drafters/specblock:rank_tree=false:num_nodes=24", target)
     split_adapt("assets/drafters/eagle3:adapt.cost_scale=0")   # -> (method, "cost_scale=0")

@@ -1,5 +1,5 @@
 """The prompt forward and the first new token, shared by the autoregressive and speculative loops,
-and the named output both loops return."""
+and the named inputs both loops take and the output they return."""
 
 from __future__ import annotations
 
@@ -24,6 +24,16 @@ class Prefilled(NamedTuple):
     done: jax.Array  # [B] bool: stopped, or a budget of one token
 
 
+class LoopInputs(NamedTuple):
+    """The rows a decode loop starts from (one compiled loop serves any values of these)."""
+    tokens: jax.Array  # [B, P] int32 right-padded prompts
+    lengths: jax.Array  # [B] int32 prompt lengths
+    budgets: jax.Array  # [B] int32 new-token limits
+    sampling: SamplingParams  # [B] per-row temperature, top-k, top-p
+    stop_ids: jax.Array  # [S] int32 stop tokens (-1 = unused)
+    keys: jax.Array  # [B] PRNG keys, one per request
+
+
 class LoopOutput(NamedTuple):
     tokens: jax.Array  # [B, W] int32 new tokens, -1 after each row's `generated`
     generated: jax.Array  # [B] int32 new tokens per row (a stop token included)
@@ -42,19 +52,19 @@ def step_keys(keys: jax.Array, step) -> jax.Array:
     return jax.vmap(jax.random.fold_in, in_axes=(0, None if step.ndim == 0 else 0))(keys, step)
 
 
-def prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling: SamplingParams, stop_ids, keys,
-            cache_len: int, width: int, hidden_ids: tuple[int, ...] = ()) -> Prefilled:
-    """tokens [B, P] right-padded prompts with lengths [B]; budgets [B] new-token limits; stop_ids
-    [S] (-1 = unused); keys [B]. The cache has `cache_len` slots and `out` `width` columns. Logits
-    are computed at the last prompt token only."""
+def prefill(graphdef, cfg, params, inputs: LoopInputs, cache_len: int, width: int,
+            hidden_ids: tuple[int, ...] = ()) -> Prefilled:
+    """The prompt forward over `inputs`' rows (tokens [B, P]). The cache has `cache_len` slots and
+    `out` `width` columns. Logits are computed at the last prompt token only."""
+    tokens, lengths = inputs.tokens, inputs.lengths
     b, p = tokens.shape
     cache = constrain_cache(init_cache(cfg, b, cache_len))  # laid out by the mesh, if sharded
     pos = jnp.broadcast_to(jnp.arange(p, dtype=jnp.int32), (b, p))
     fwd = apply(graphdef, params, tokens, pos, causal_mask(b, p), cache, hidden_ids=hidden_ids,
                 logit_indices=(lengths - 1)[:, None])
     logits = fwd.logits[:, 0]
-    first = sample(step_keys(keys, 0), logits, sampling)
-    stopped = jnp.isin(first, stop_ids)
+    first = sample(step_keys(inputs.keys, 0), logits, inputs.sampling)
+    stopped = jnp.isin(first, inputs.stop_ids)
     out = jnp.full((b, width), -1, jnp.int32).at[:, 0].set(first)
     return Prefilled(fwd.cache._replace(lengths=lengths), logits, fwd.hidden, first, out, stopped,
-                     stopped | (budgets <= 1))
+                     stopped | (inputs.budgets <= 1))

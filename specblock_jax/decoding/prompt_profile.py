@@ -10,8 +10,9 @@ from typing import Sequence
 
 import numpy as np
 
-from specblock_jax.decoding.generate import cache_length, length_bucket
-from specblock_jax.decoding.step_profile import step_profile
+from specblock_jax.decoding.job import cache_length, length_bucket
+from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.step_profile import default_inputs, step_profile
 
 
 def median_step_profile(target, drafter, drafter_params, token_lists: Sequence[Sequence[int]], *,
@@ -26,7 +27,9 @@ def median_step_profile(target, drafter, drafter_params, token_lists: Sequence[S
         bucket = length_bucket(len(toks))
         tokens = np.zeros((1, bucket), np.int32)
         tokens[0, :len(toks)] = toks
-        per.append(step_profile(target, drafter, drafter_params, tokens, [len(toks)], max_new=max_new,
-                                cache_len=cache_length(bucket, max_new, n), reps=reps))
+        spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
+                        cache_len=cache_length(bucket, max_new, n), max_new=max_new, greedy=True)
+        per.append(step_profile(spec, target.params, drafter_params,
+                                default_inputs(tokens, [len(toks)], max_new=max_new), reps=reps))
     keys = [k for k in per[0] if k.endswith("_ms")]
     return {**{k: float(np.median([p[k] for p in per])) for k in keys}, "prompts": len(per)}

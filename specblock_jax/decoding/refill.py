@@ -1,7 +1,7 @@
 """Continuous batching: a row whose request has finished takes the next waiting request while the
 other rows keep decoding.
 
-A job runs as one stream of B rows. The jitted loop (`spec_run` / `ar_run`) returns to the host as
+A job runs as one stream of B rows. The jitted loop (`LoopSpec.run`) returns to the host as
 soon as `wake_rows` rows are done while requests wait (1 by default: every finished row is refilled
 at once; more trades idle row-steps for fewer returns and larger inserts); the host reads the
 finished rows' outputs, prefills the next requests for those rows only (`insert_rows`: a prefill
@@ -17,6 +17,7 @@ batch on axis 0, and its other dimensions depend on the static `max_len` only, n
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -24,10 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specblock_jax.decoding.autoregressive import ar_run, ar_start
 from specblock_jax.decoding.compiled import compiled
+from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.prefill import LoopInputs
 from specblock_jax.decoding.sampling import SamplingParams
-from specblock_jax.decoding.speculative import spec_run, spec_start
 from specblock_jax.models.kv_cache import KVCache
 
 
@@ -53,44 +54,26 @@ def put_rows(state, fresh, rows: jax.Array):
     return jax.tree_util.tree_map_with_path(walk, state, fresh, is_leaf=lambda x: isinstance(x, KVCache))
 
 
-def start_rows(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
-               tokens, lengths, budgets, sampling, stop_ids, keys):
-    """The loop state of new rows (prefill and the drafter's first state); drafter None =
-    target-only decoding."""
-    if drafter is None:
-        return ar_start(graphdef, cfg, cache_len, max_new, params, tokens, lengths, budgets, sampling, stop_ids,
-                        keys)
-    return spec_start(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
-                      tokens, lengths, budgets, sampling, stop_ids, keys)
-
-
-def run_rows(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state, wake):
-    """Decoding steps until all rows are done, or, when wake ([] int32) > 0, `wake` rows are."""
-    if drafter is None:
-        return ar_run(graphdef, params, stop_ids, state, wake)
-    return spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state, wake)
-
-
-def insert_rows(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
-                stop_ids, state, rows, tokens, lengths, budgets, sampling, keys):
-    """Prefills R new requests (tokens [R, P], P <= the stream's prompt bucket) and puts them into
-    rows [R] of the running state (indices >= B: padding, dropped)."""
-    fresh = start_rows(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
-                       tokens, lengths, budgets, sampling, stop_ids, keys)
-    return put_rows(state, fresh, rows)
+def insert_rows(spec: LoopSpec, params, drafter_params, state, rows: jax.Array, inputs: LoopInputs):
+    """Starts R new requests (inputs.tokens [R, P], P <= the stream's prompt bucket: prefill and
+    the drafter's first state) and puts them into rows [R] of the running `state` (indices >= B:
+    padding, dropped)."""
+    return put_rows(state, spec.start(params, drafter_params, inputs), rows)
 
 
 def pack_rows(tokens: Sequence[Sequence[int]], budgets: Sequence[int], temperatures: Sequence[float],
-              indices: Sequence[int], width: int, base_key, top_k: int, top_p: float):
-    """The prefill inputs of a batch: tokens [R, width] (right-padded), lengths [R], budgets [R],
-    SamplingParams, keys [R] (fold_in(base_key, each request's index): a request's key stream does
-    not depend on its batch)."""
+              indices: Sequence[int], width: int, base_key, top_k: int, top_p: float,
+              stop_ids: jax.Array) -> LoopInputs:
+    """The loop inputs of R requests: tokens [R, width] (right-padded), lengths [R], budgets [R],
+    SamplingParams, stop_ids as given, keys [R] (fold_in(base_key, each request's index): a
+    request's key stream does not depend on its batch)."""
     packed = np.zeros((len(tokens), width), np.int32)
     for i, t in enumerate(tokens):
         packed[i, :len(t)] = t
     keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(base_key, jnp.asarray(indices))
-    return (jnp.asarray(packed), jnp.asarray([len(t) for t in tokens], jnp.int32),
-            jnp.asarray(budgets, jnp.int32), SamplingParams.make(len(tokens), list(temperatures), top_k, top_p), keys)
+    sampling = SamplingParams.make(len(tokens), list(temperatures), top_k, top_p)
+    return LoopInputs(jnp.asarray(packed), jnp.asarray([len(t) for t in tokens], jnp.int32),
+                      jnp.asarray(budgets, jnp.int32), sampling, stop_ids, keys)
 
 
 class Request(NamedTuple):
@@ -113,12 +96,11 @@ class Finished(NamedTuple):
     segment_steps: int  # decoding steps the segment ran
 
 
-def warm_copy(args: tuple) -> tuple:
-    """`compiled`'s warm-up arguments for run_rows / insert_rows: a fresh copy of the donated
-    state (position 3) whose rows stop after one more step, the rest as given."""
-    state = jax.tree.map(jnp.copy, args[3])
-    state = state._replace(budgets=jnp.minimum(state.budgets, state.generated + 1))
-    return (*args[:3], state, *args[4:])
+def one_more_step(state):
+    """`compiled`'s warm-up state for `LoopSpec.run` / `insert_rows`: a fresh copy of the (donated)
+    state whose rows stop after one more step."""
+    state = jax.tree.map(jnp.copy, state)
+    return state._replace(budgets=jnp.minimum(state.budgets, state.generated + 1))
 
 
 def pow2_at_least(n: int, cap: int) -> int:
@@ -126,34 +108,31 @@ def pow2_at_least(n: int, cap: int) -> int:
 
 
 class Stream:
-    """Decodes requests through `batch_size` rows with refill. `drafter` None = target-only; the
-    caller gives the static shapes: `prompt_bucket` holds every prompt, `max_new` every budget.
+    """Decodes requests through `batch_size` rows with refill, in the loop `spec` describes (its
+    hist_size holds the stream's prompt bucket, its max_new every budget, its cache_len both).
 
     run(requests, on_finished) decodes them in the order given (the caller orders the queue),
-    calling on_finished(list[Finished], state) after every segment: state is the loop state
+    calling on_finished(list[Finished], state, rows) after every segment: state is the loop state
     (device arrays) from which the finished rows were read (the adapter reads its history)."""
 
-    def __init__(self, target, params, drafter, drafter_params, *, batch_size: int, prompt_bucket: int,
-                 max_new: int, cache_len: int, greedy: bool, collect: bool, top_k: int, top_p: float,
+    def __init__(self, spec: LoopSpec, params, drafter_params, *, batch_size: int, top_k: int, top_p: float,
                  stop_ids: jax.Array, base_key: jax.Array, bucket: Callable[[int], int], wake_rows: int = 1):
         if not 1 <= wake_rows <= batch_size:
             raise ValueError(f"refill_rows must be between 1 and the batch size {batch_size}, got {wake_rows}")
-        self.target, self.params, self.drafter, self.drafter_params = target, params, drafter, drafter_params
-        self.b, self.max_new, self.cache_len = batch_size, max_new, cache_len
-        self.prompt_bucket, self.bucket = prompt_bucket, bucket
-        self.greedy, self.collect, self.top_k, self.top_p = greedy, collect, top_k, top_p
+        self.spec, self.params, self.drafter_params = spec, params, drafter_params
+        # the prefill never verifies: greedy and sampled streams of one shape share their start
+        self.start_spec = dataclasses.replace(spec, greedy=False)
+        self.b, self.bucket, self.top_k, self.top_p = batch_size, bucket, top_k, top_p
         self.stop_ids, self.base_key, self.wake_rows = stop_ids, base_key, wake_rows
-        n = 0 if drafter is None else drafter.num_nodes
-        self.hist_size = prompt_bucket + max_new + n
         self.segments = 0
 
-    def inputs(self, reqs: Sequence[Request], count: int):
-        """Prefill inputs for `count` rows (padding repeats the first request): tokens [R, P],
-        lengths, budgets, sampling, keys."""
+    def inputs(self, reqs: Sequence[Request], count: int) -> LoopInputs:
+        """Loop inputs for `count` rows (padding repeats the first request), tokens [R, P] at the
+        smallest bucket holding them."""
         reqs = list(reqs) + [reqs[0]] * (count - len(reqs))
         return pack_rows([r.tokens for r in reqs], [r.budget for r in reqs], [r.temperature for r in reqs],
                          [r.key for r in reqs], self.bucket(max(len(r.tokens) for r in reqs)), self.base_key,
-                         self.top_k, self.top_p)
+                         self.top_k, self.top_p, self.stop_ids)
 
     def _dparams(self, adapter):
         return adapter.params if adapter is not None else self.drafter_params
@@ -162,33 +141,33 @@ class Stream:
         """Decodes `requests` in the order given; after every segment calls
         on_finished(finished: list[Finished], state, rows) with the loop state the finished rows
         (`rows`, their indices in the batch) were read from."""
-        g, cfg, d = self.target.graphdef, self.target.config, self.drafter
-        start_static = (g, cfg, d, self.cache_len, self.max_new, self.collect, self.hist_size)
-        run_static = (g, cfg, d, self.greedy, self.collect)
+        spec, params = self.spec, self.params
         queue = list(requests)
         holder: list[Request | None] = [None] * self.b
         t0 = time.perf_counter()
         take, queue = queue[:self.b], queue[self.b:]
-        tokens, lengths, budgets, sampling, keys = self.inputs(take, self.b)
-        args = (self.params, self._dparams(adapter), tokens, lengths, budgets, sampling, self.stop_ids, keys)
-        exe, compile_s = compiled(start_rows, start_static, *args, warm=lambda a: a)
-        state = exe(*args)
+        dparams, inputs = self._dparams(adapter), self.inputs(take, self.b)
+        exe, compile_s = compiled(LoopSpec.start, (self.start_spec,), params, dparams, inputs,
+                                  warm=lambda args: args)
+        state = exe(params, dparams, inputs)
         state = state._replace(done=state.done | (jnp.arange(self.b) >= len(take)))  # rows with no request
         holder[:len(take)] = take
         while any(h is not None for h in holder):
             steps_before = np.asarray(state.step)
-            wake = min(self.wake_rows, len(queue))  # 0 once the queue is empty: run every row to its end
-            args = (self.params, self._dparams(adapter), self.stop_ids, state, jnp.int32(wake))
-            exe, seconds = compiled(run_rows, run_static, *args, donate_argnums=(3,), warm=warm_copy)
+            wake = jnp.int32(min(self.wake_rows, len(queue)))  # 0 once the queue is empty: every row to its end
+            dparams, running = self._dparams(adapter), state
+            exe, seconds = compiled(LoopSpec.run, (spec,), params, dparams, state, self.stop_ids, wake,
+                                    donate_argnums=(2,),
+                                    warm=lambda _: (params, dparams, one_more_step(running), self.stop_ids, wake))
             compile_s += seconds
-            state = exe(*args)
+            state = exe(params, dparams, state, self.stop_ids, wake)
             done = np.asarray(state.done)  # waits for the loop
             wall = time.perf_counter() - t0 - compile_s
             steps = int(np.max(np.asarray(state.step) - steps_before))
             free = [r for r in range(self.b) if holder[r] is not None and done[r]]
             out, generated = np.asarray(state.out)[free], np.asarray(state.generated)[free]
             stopped = np.asarray(state.stopped)[free]
-            forwards = np.asarray(state.forwards if d is not None else state.generated - 1)[free]
+            forwards = np.asarray(state.generated - 1 if spec.drafter is None else state.forwards)[free]
             finished = [Finished(holder[r].index, out[j, :generated[j]].tolist(), bool(stopped[j]),
                                  int(forwards[j]), self.segments, wall, compile_s, steps)
                         for j, r in enumerate(free)]
@@ -201,8 +180,10 @@ class Stream:
                 take, queue = queue[:len(free)], queue[len(free):]
                 count = pow2_at_least(len(take), self.b)
                 rows = jnp.asarray(free[:len(take)] + [self.b] * (count - len(take)), jnp.int32)
-                args = (self.params, self._dparams(adapter), self.stop_ids, state, rows, *self.inputs(take, count))
-                exe, compile_s = compiled(insert_rows, start_static, *args, donate_argnums=(3,), warm=warm_copy)
-                state = exe(*args)
+                dparams, inputs, running = self._dparams(adapter), self.inputs(take, count), state
+                exe, compile_s = compiled(insert_rows, (self.start_spec,), params, dparams, state, rows, inputs,
+                                          donate_argnums=(2,),
+                                          warm=lambda _: (params, dparams, one_more_step(running), rows, inputs))
+                state = exe(params, dparams, state, rows, inputs)
                 for r, req in zip(free, take):
                     holder[r] = req

@@ -6,30 +6,36 @@ A routing drafter has
     routes -> bool                              whether it routes (False: served in one loop)
     route(params, logits [B, V]) -> [B] int32   each request's group, from the target's
                                                 next-token logits after its prompt
-    for_group(params, group: int) -> (Drafter, params)   the drafter serving that group
+    for_group(params, group: int) -> LoadedDrafter   the drafter serving that group
 and may instead have
     route_tokens(ids: list[list[int]]) -> list[int]   each prompt's group from its token ids (host;
                                                 e.g. `TableRoutes`, a benchmark's per-request oracle)
-`generate_routed` prefills every prompt once to route it (one compiled prefill per batch shape),
-then decodes each group with its own drafter and compiled loop (refill, profiling and stop rules as
-in `generate`). Each prompt keeps its key stream (`key_index`), so outputs do not depend on the
-grouping: greedy output is the target's, and a request's tokens are those it gets decoded alone
+`serve_routed` prefills every prompt once to route it (one compiled prefill per batch shape),
+then decodes each group with its own drafter and compiled loop (`decode`: refill, profiling and
+stop rules as in `generate`). Each prompt keeps its key stream (`key_index`), so outputs do not
+depend on the grouping: greedy output is the target's, and a request's tokens are those it gets decoded alone
 with its group's drafter. The routing prefill's wall time is part of the job's time: it is added to
 `total_time_s` of each group's first batch, split by the group's share of the prompts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
-from specblock_jax.decoding.prefill import prefill
+from specblock_jax.decoding.decode import OnBatch, decode
+from specblock_jax.decoding.job import DecodeOptions, Request, length_bucket, renumber
+from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.prefill import LoopInputs, prefill
+from specblock_jax.decoding.results import GenerationResult
 from specblock_jax.decoding.sampling import SamplingParams
+from specblock_jax.drafters.base import LoadedDrafter
 
 
 def is_routing(drafter: Any) -> bool:
@@ -71,18 +77,18 @@ class TableRoutes:
         return getattr(self.inner, name)
 
 
-def _route_batch(graphdef, cfg, drafter, cache_len, params, drafter_params, tokens, lengths):
-    """[B, P] right-padded prompts -> [B] int32 groups (the prefill's logits through `route`; its
-    first token, drawn greedily, is unused)."""
+def _route_batch(spec: LoopSpec, params, drafter_params, tokens, lengths):
+    """[B, P] right-padded prompts -> [B] int32 groups (the prefill's logits through the spec's
+    drafter's `route`; its first token, drawn greedily, is unused)."""
     b = tokens.shape[0]
-    keys = jax.random.split(jax.random.key(0), b)
-    pre = prefill(graphdef, cfg, params, tokens, lengths, jnp.ones((b,), jnp.int32), SamplingParams.make(b, 0.0),
-                  jnp.full((1,), -1, jnp.int32), keys, cache_len, 1)
-    return drafter.route(drafter_params, pre.logits)
+    inputs = LoopInputs(tokens, lengths, jnp.ones((b,), jnp.int32), SamplingParams.make(b, 0.0),
+                        jnp.full((1,), -1, jnp.int32), jax.random.split(jax.random.key(0), b))
+    pre = prefill(spec.graphdef, spec.cfg, params, inputs, spec.cache_len, 1)
+    return spec.drafter.route(drafter_params, pre.logits)
 
 
-def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]], batch_size: int,
-                  bucket: Callable[[int], int]) -> tuple[list[int], float, float]:
+def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]],
+                  batch_size: int) -> tuple[list[int], float, float]:
     """Each prompt's group: (groups, wall seconds, compile seconds)."""
     if callable(getattr(drafter, "route_tokens", None)):
         return drafter.route_tokens(ids), 0.0, 0.0
@@ -92,13 +98,14 @@ def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]],
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
         rows = chunk + [chunk[0]] * (batch_size - len(chunk))
-        width = bucket(max(len(ids[i]) for i in rows))
+        width = length_bucket(max(len(ids[i]) for i in rows))
         tokens = np.zeros((batch_size, width), np.int32)
         for r, i in enumerate(rows):
             tokens[r, :len(ids[i])] = ids[i]
         lengths = jnp.asarray([len(ids[i]) for i in rows], jnp.int32)
         args = (target.params, drafter_params, jnp.asarray(tokens), lengths)
-        exe, seconds = compiled(_route_batch, (target.graphdef, target.config, drafter, width), *args)
+        spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=drafter, cache_len=width, max_new=1)
+        exe, seconds = compiled(_route_batch, (spec,), *args)
         t0 = time.perf_counter()
         out = np.asarray(exe(*args))
         wall += time.perf_counter() - t0
@@ -108,22 +115,30 @@ def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]],
     return groups, wall, compile_s
 
 
-def generate_routed(generate: Callable, target, ids: list[list[int]], spec, *, temps: list[float],
-                    budget: list[int], key_ids: list[int], batch_size: int, bucket: Callable[[int], int],
-                    on_batch, **kw) -> list:
-    """`generate` for a routing drafter (module docstring): ids are the encoded prompts, temps,
-    budget and key_ids per prompt. `generate` is passed in (no import cycle); kw are its other
-    keyword arguments."""
-    drafter, dparams = spec
-    n = len(ids)
-    groups, route_s, route_compile_s = route_prompts(target, drafter, dparams, ids, batch_size, bucket)
+def serve(target, requests: Sequence[Request], drafter: LoadedDrafter | None, options: DecodeOptions, *,
+          adapter: Any = None, on_batch: OnBatch | None = None) -> list[GenerationResult]:
+    """`decode`, or `serve_routed` for a routing drafter on one device without an adapter (under
+    a mesh or with an adapter a routing drafter decodes as one drafter)."""
+    if drafter is not None and is_routing(drafter.drafter) and options.mesh is None and adapter is None:
+        return serve_routed(target, requests, drafter, options, on_batch)
+    return decode(target, requests, drafter, options, adapter=adapter, on_batch=on_batch)
+
+
+def serve_routed(target, requests: Sequence[Request], drafter: LoadedDrafter, options: DecodeOptions,
+                 on_batch: OnBatch | None = None) -> list[GenerationResult]:
+    """The requests of a routing drafter (module docstring), each group through `decode` with
+    its own drafter; results in the requests' order."""
+    router, dparams = drafter
+    n = len(requests)
+    batch_size = options.batch_size or max(1, min(8, n))
+    groups, route_s, route_compile_s = route_prompts(target, router, dparams, [r.tokens for r in requests],
+                                                     batch_size)
     results: list[Any] = [None] * n
     batches = 0  # stats.batch numbers batches (or refill segments) across the whole job
     for group in sorted(set(groups)):
         part = [i for i in range(n) if groups[i] == group]
-        out = generate(target, [ids[i] for i in part], drafter.for_group(dparams, group),
-                       temperature=[temps[i] for i in part], max_new_tokens=[budget[i] for i in part],
-                       batch_size=batch_size, key_index=[key_ids[i] for i in part], **kw)
+        out = decode(target, renumber(requests, part), router.for_group(dparams, group),
+                     dataclasses.replace(options, batch_size=batch_size))
         first = min(res.stats.batch for res in out)
         share = route_s * len(part) / n
         for i, res in zip(part, out):

@@ -1,4 +1,5 @@
 """The speculative decoding loop: draft, verify, accept, commit, all inside one `lax.while_loop`.
+Its stages are `LoopSpec.start`, `run` and `output` (decoding/loop.py) with a drafter.
 
 Invariant between steps: the KV cache holds every committed token except the last one (the
 root), whose K/V the next tree forward computes as node 0. Each step:
@@ -9,25 +10,28 @@ root), whose K/V the next tree forward computes as node 0. Each step:
   4. the cache keeps the path's K/V (`compact`), the new tokens are appended, truncated at a stop
      token or the budget, and the bonus becomes the next root.
 
-With `collect` (static), the loop also keeps the target's hidden states at the drafter's feature
+With `spec.collect`, the loop also keeps the target's hidden states at the drafter's feature
 layers for every committed position, gathered from the prefill and from each verification
 forward's accepted path: free training labels for serving-time adaptation (no extra forward).
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.decoding.prefill import LoopOutput, prefill, step_keys
+from specblock_jax.decoding.prefill import LoopInputs, LoopOutput, prefill, step_keys
 from specblock_jax.decoding.sampling import SamplingParams, sampling_logprobs
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
 from specblock_jax.trees.tree import DraftTree, ancestor_mask, check_tree, depths
 from specblock_jax.trees.verify import VerifyResult, verify_greedy, verify_sampling
+
+if TYPE_CHECKING:
+    from specblock_jax.decoding.loop import LoopSpec
 
 
 class SpecState(NamedTuple):
@@ -58,14 +62,15 @@ def write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:
     return jax.vmap(write)(buf, rows, starts)
 
 
-def tree_forward(graphdef, hidden_ids, params, tree: DraftTree, root, cache: KVCache):
-    """Step 2: the target forward over the tree with `root` [B] written into node 0. Returns
-    (tree with the root, its ancestor mask [B, N, N] (built once; the verifier reuses it), the
-    forward's ForwardOutput)."""
+def tree_forward(spec: LoopSpec, params, tree: DraftTree, root, cache: KVCache):
+    """Step 2: the target forward over the tree with `root` [B] written into node 0, hidden states
+    at the drafter's layers. Returns (tree with the root, its ancestor mask [B, N, N] (built once;
+    the verifier reuses it), the forward's ForwardOutput)."""
     tree = tree._replace(tokens=tree.tokens.at[:, 0].set(root))
     anc = ancestor_mask(tree.parents)
     positions = cache.lengths[:, None] + depths(anc)
-    return tree, anc, apply(graphdef, params, tree.tokens, positions, anc, cache, hidden_ids=hidden_ids)
+    return tree, anc, apply(spec.graphdef, params, tree.tokens, positions, anc, cache,
+                            hidden_ids=tuple(spec.drafter.hidden_ids))
 
 
 class Committed(NamedTuple):
@@ -81,114 +86,95 @@ class Committed(NamedTuple):
     stopped: jax.Array
 
 
-def verify_commit(greedy, max_children, tree, anc, logits, cache, out, history, hist_len, generated, done,
-                  stopped, budgets, sampling, stop_ids, key) -> Committed:
-    """Steps 3-4: verification (greedy, or rejection sampling with the step's key [B]) and the
-    commit: the cache keeps the root and the accepted path (inactive rows keep nothing), the new
-    tokens are written, cut at a stop token or the budget."""
+def verify_commit(spec: LoopSpec, s: SpecState, tree: DraftTree, anc, logits, cache: KVCache, stop_ids,
+                  key) -> Committed:
+    """Steps 3-4 for the rows of state `s`: verification of the tree (with its ancestor mask
+    [B, N, N] and the target's logits [B, N, V]; greedy, or rejection sampling with the step's
+    keys [B]) and the commit: `cache` (the tree forward's) keeps the root and the accepted path
+    (inactive rows keep nothing), the new tokens are written, cut at a stop token or the budget."""
     n = tree.tokens.shape[1]
-    active = ~done
-    if greedy:
+    active = ~s.done
+    if spec.greedy:
         res = verify_greedy(tree, logits, anc)
     else:
-        logp = sampling_logprobs(logits, sampling)
-        res = verify_sampling(tree, logp, step_keys(key, 2), max_children, anc)
+        logp = sampling_logprobs(logits, s.sampling)
+        res = verify_sampling(tree, logp, step_keys(key, 2), spec.drafter.max_children, anc)
     cache = cache.compact(res.path, jnp.where(active, res.num_accepted + 1, 0))
     idx = jnp.arange(n)[None, :]
     count = res.num_accepted + 1
     is_stop = jnp.isin(res.new_tokens, stop_ids) & (idx < count[:, None])
     has_stop = jnp.any(is_stop, axis=1)
     upto = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)
-    room = budgets - generated
+    room = s.budgets - s.generated
     take = jnp.where(active, jnp.minimum(upto, room), 0)
-    out = write_rows(out, jnp.where(idx < take[:, None], res.new_tokens, -1), generated)
-    history = write_rows(history, res.new_tokens, hist_len)
-    hist_len = hist_len + take
-    generated = generated + take
+    out = write_rows(s.out, jnp.where(idx < take[:, None], res.new_tokens, -1), s.generated)
+    history = write_rows(s.history, res.new_tokens, s.hist_len)
+    hist_len = s.hist_len + take
+    generated = s.generated + take
     hit = active & has_stop & (upto <= room)
     return Committed(res, DraftContext(history, hist_len, res.bonus, cache.lengths), cache, out, history,
-                     hist_len, generated, done | hit | (generated >= budgets), stopped | hit)
+                     hist_len, generated, s.done | hit | (generated >= s.budgets), s.stopped | hit)
 
 
-def spec_start(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
-               tokens, lengths, budgets, sampling, stop_ids, keys) -> SpecState:
-    """The prefill and the drafter's first state: a `SpecState` for the rows of tokens [B, P]
-    (right-padded prompts with lengths [B]), budgets [B], keys [B]. Static as `spec_loop`, plus
-    hist_size (>= P + max_new + N): the history's width, so rows started from a shorter prompt
-    bucket fit a running batch."""
+def spec_start(spec: LoopSpec, params, drafter_params, inputs: LoopInputs) -> SpecState:
+    """The prefill and the drafter's first state: a `SpecState` for the rows of inputs.tokens
+    [B, P], with a history spec.hist_size wide (0: P + max_new + N)."""
+    tokens, lengths = inputs.tokens, inputs.lengths
     b, p = tokens.shape
-    n = drafter.num_nodes
-    pre = prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling, stop_ids, keys, cache_len,
-                  max_new + n, tuple(drafter.hidden_ids))
+    drafter, n = spec.drafter, spec.drafter.num_nodes
+    hist_size = spec.hist_size or p + spec.max_new + n
+    pre = prefill(spec.graphdef, spec.cfg, params, inputs, spec.cache_len, spec.max_new + n,
+                  tuple(drafter.hidden_ids))
     dstate = drafter.init_state(drafter_params, Prefill(tokens, lengths, pre.hidden, pre.logits, pre.first),
-                                cache_len)
+                                spec.cache_len)
     history = jnp.zeros((b, hist_size), jnp.int32).at[:, :p].set(tokens)
     history = write_rows(history, pre.first[:, None], lengths)
     feats = None
-    if collect:  # [B, S + N, n, H]: rows S.. are scratch that finished rows write into
+    if spec.collect:  # [B, S + N, n, H]: rows S.. are scratch that finished rows write into
         feats = jnp.zeros((b, hist_size + n) + pre.hidden.shape[2:], pre.hidden.dtype)
         feats = feats.at[:, :p].set(pre.hidden)
     one = jnp.ones((b,), jnp.int32)
     return SpecState(one, pre.first, one, pre.out, pre.done, pre.stopped, pre.cache, history, lengths + 1,
-                     dstate, jnp.zeros((b,), jnp.int32), feats, budgets, sampling, keys)
+                     dstate, jnp.zeros((b,), jnp.int32), feats, inputs.budgets, inputs.sampling, inputs.keys)
 
 
-def spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids, state: SpecState,
-             wake) -> SpecState:
+def spec_step(spec: LoopSpec, params, drafter_params, s: SpecState, stop_ids) -> SpecState:
+    """One decoding step: propose, the tree forward, verify and commit, update."""
+    drafter = spec.drafter
+    active = ~s.done
+    ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
+    key = step_keys(s.keys, s.step)
+    tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
+    check_tree(tree, s.out.shape[0], drafter.num_nodes, spec.cfg.vocab_size, f"{type(drafter).__name__}.propose")
+    if spec.greedy:  # greedy verification never reads q: let XLA drop whatever built it
+        tree = tree._replace(draft_probs=None)
+    tree, anc, fwd = tree_forward(spec, params, tree, s.root, s.cache)
+    c = verify_commit(spec, s, tree, anc, fwd.logits, fwd.cache, stop_ids, key)
+    feats = s.features
+    if spec.collect:  # the accepted path's hidden states, at the root's history position onward
+        path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
+        feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, s.history.shape[1]))
+    dstate = drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden)
+    return s._replace(step=s.step + active, root=c.result.bonus, generated=c.generated, out=c.out,
+                      done=c.done, stopped=c.stopped, cache=c.cache, history=c.history,
+                      hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, features=feats)
+
+
+def spec_run(spec: LoopSpec, params, drafter_params, state: SpecState, stop_ids, wake) -> SpecState:
     """Decoding steps until every row is done, or, when wake ([] int32) > 0, until at least `wake`
-    rows are (continuous batching: requests wait for free rows). Static: graphdef, cfg, drafter,
-    greedy (all temperatures are 0), collect."""
-    b, n = state.out.shape[0], drafter.num_nodes
-    hidden_ids = tuple(drafter.hidden_ids)
-    hist_size = state.history.shape[1]
-
+    rows are (continuous batching: requests wait for free rows)."""
     def cond(s: SpecState):
         return ~jnp.all(s.done) & ~((wake > 0) & (jnp.sum(s.done) >= wake))
 
-    def body(s: SpecState) -> SpecState:
-        active = ~s.done
-        ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
-        key = step_keys(s.keys, s.step)
-        tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
-        check_tree(tree, b, n, cfg.vocab_size, f"{type(drafter).__name__}.propose")
-        if greedy:  # greedy verification never reads q: let XLA drop whatever built it
-            tree = tree._replace(draft_probs=None)
-        tree, anc, fwd = tree_forward(graphdef, hidden_ids, params, tree, s.root, s.cache)
-        c = verify_commit(greedy, drafter.max_children, tree, anc, fwd.logits, fwd.cache, s.out, s.history,
-                          s.hist_len, s.generated, s.done, s.stopped, s.budgets, s.sampling, stop_ids, key)
-        feats = s.features
-        if collect:  # the accepted path's hidden states, at the root's history position onward
-            path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
-            feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, hist_size))
-        dstate = drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden)
-        return s._replace(step=s.step + active, root=c.result.bonus, generated=c.generated, out=c.out,
-                          done=c.done, stopped=c.stopped, cache=c.cache, history=c.history,
-                          hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, features=feats)
-
-    return jax.lax.while_loop(cond, body, state)
+    return jax.lax.while_loop(cond, lambda s: spec_step(spec, params, drafter_params, s, stop_ids), state)
 
 
 def spec_output(state: SpecState) -> LoopOutput:
-    """The loop's outputs (with collect: history, hist_len and features [B, S, n, H])."""
+    """The loop's outputs: tokens [B, max_new + N]; with collect also history [B, S], hist_len
+    [B] and features [B, S, n, H] (the target's hidden states at `drafter.hidden_ids` for history
+    positions < hist_len - 1)."""
     out = LoopOutput(state.out, state.generated, state.stopped, state.forwards)
     if state.features is not None:
         return out._replace(history=state.history, hist_len=state.hist_len,
                             features=state.features[:, :state.history.shape[1]])
     return out
-
-
-def spec_loop(graphdef, cfg, drafter, cache_len, max_new, greedy, collect, params, drafter_params,
-              tokens, lengths, budgets, sampling, stop_ids, keys) -> LoopOutput:
-    """tokens [B, P] right-padded prompts with lengths [B]; budgets [B]; keys [B] PRNG keys.
-
-    Static: graphdef, cfg, drafter, cache_len (>= P + max_new + N), max_new, greedy (all
-    temperatures are 0), collect. Returns a `LoopOutput` with tokens [B, max_new + N]; with
-    `collect` also history [B, S] (prompt + committed tokens), hist_len [B] and features
-    [B, S, n, H] (the target's hidden states at `drafter.hidden_ids` for history positions
-    < hist_len - 1), S = P + max_new + N.
-    """
-    hist_size = tokens.shape[1] + max_new + drafter.num_nodes
-    state = spec_start(graphdef, cfg, drafter, cache_len, max_new, collect, hist_size, params, drafter_params,
-                       tokens, lengths, budgets, sampling, stop_ids, keys)
-    return spec_output(spec_run(graphdef, cfg, drafter, greedy, collect, params, drafter_params, stop_ids,
-                                state, jnp.int32(0)))

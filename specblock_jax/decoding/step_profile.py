@@ -11,7 +11,7 @@ warm-up call:
                   the accepted tokens, DFlash's context K/V)
     tree_forward  the tree's ancestor mask and the target's forward over the N tree nodes under
                   it (positions = cache length + depth, hidden states at the drafter's layers),
-                  as in spec_loop
+                  as in the speculative loop
     verify        verification (greedy or rejection sampling, reusing that mask) + commit: the
                   cache `compact`, the stop/budget bookkeeping and the out/history writes
     forward_1     one step of target-only decoding as in decoding/autoregressive.py: a one-token
@@ -19,13 +19,15 @@ warm-up call:
                   given: for a speculative method, its own loop's)
 
 The phases are the loops' own functions (`tree_forward`, `verify_commit` of
-decoding/speculative.py, `ar_step` of decoding/autoregressive.py), so what is timed is what runs.
+decoding/speculative.py, `ar_step` of decoding/autoregressive.py) on the loop's own `LoopSpec`,
+so what is timed is what runs.
 
-Inputs are realistic: the real prefill of the batch's prompt tokens, `drafter.init_state`, a real
+Inputs are realistic: the loop's real start (the prefill of the batch's prompt tokens and
+`drafter.init_state`), a real
 `propose` giving a real tree, a real tree forward and verification giving a real `VerifyResult`
 and hidden states for `update`. Attention cost is meant to follow the current sequence length,
 so every phase runs at a mid-decode length: the target cache lengths, the drafter state's
-`length` (when the state has one), the history length and the `DraftContext` are advanced by
+`length` (when the state has one), the history length and the step are advanced by
 max_new // 2 committed tokens. Those extra entries are zeros: for timing only their count matters
 (the data-dependent paths, such as rejection sampling's walk down the tree, run on the real tree
 and logits). Every row is running (none done). Buffers the loop updates in place
@@ -42,21 +44,22 @@ derives its step columns and the ideal speedup from it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specblock_jax.decoding.autoregressive import ar_step
+from specblock_jax.decoding.autoregressive import ARState, ar_step
 from specblock_jax.decoding.compiled import cached_count, compiled, release
-from specblock_jax.decoding.prefill import prefill, step_keys
+from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.prefill import LoopInputs, step_keys
 from specblock_jax.decoding.sampling import SamplingParams
-from specblock_jax.decoding.speculative import tree_forward, verify_commit, write_rows
-from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.models.kv_cache import KVCache
+from specblock_jax.decoding.speculative import SpecState, tree_forward, verify_commit
+from specblock_jax.drafters.base import DraftContext
 
 PHASES = ("propose", "update", "tree_forward", "verify", "forward_1")
 DRAFT_PHASES = ("propose", "update")
@@ -65,18 +68,6 @@ _MEASURED: dict = {}  # (static key, phase[, greedy]) -> seconds
 
 # ------------------------------------------------------------------ the phases (pure functions)
 
-class _MidDecode(NamedTuple):
-    """The loop state at mid-decode, before the step's propose (see the module docstring)."""
-    cache: KVCache  # the target cache (every committed token but the root)
-    dstate: Any  # the drafter state (() target-only)
-    ctx: DraftContext  # the context propose sees
-    key: jax.Array  # [B] the step's keys
-    out: jax.Array  # [B, max_new + N]
-    history: jax.Array  # [B, S]
-    generated: jax.Array  # [B]
-    done: jax.Array  # [B] all False: every row running (the full batch's cost)
-
-
 def _advance_state(state, offset):
     """The drafter state with its committed `length` advanced (states without one unchanged)."""
     if hasattr(state, "_replace") and hasattr(state, "length"):
@@ -84,38 +75,50 @@ def _advance_state(state, offset):
     return state
 
 
-def _propose(drafter, drop_probs, params, state, ctx, key):
-    tree, state = drafter.propose(params, state, ctx, step_keys(key, 1))
-    if drop_probs:  # as spec_loop: greedy verification never reads q, so XLA drops what built it
+def _context(s: SpecState) -> DraftContext:
+    return DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
+
+
+def _propose(spec: LoopSpec, drop_probs, params, state, ctx: DraftContext, key):
+    tree, state = spec.drafter.propose(params, state, ctx, step_keys(key, 1))
+    if drop_probs:  # as the loop: greedy verification never reads q, so XLA drops what built it
         tree = tree._replace(draft_probs=None)
     return tree, state
 
 
-def _update(drafter, params, state, ctx, result, hidden):
-    return drafter.update(params, state, ctx, result, hidden)
+def _verify(spec: LoopSpec, s: SpecState, tree, anc, logits, cache, stop_ids):
+    return verify_commit(spec, s, tree, anc, logits, cache, stop_ids, step_keys(s.keys, s.step))
 
 
-def _setup(graphdef, cfg, drafter, cache_len, max_new, params, dparams, tokens, lengths, budgets, sampling,
-           stop_ids, keys) -> _MidDecode:
-    """The real prefill and `init_state`, then everything advanced by max_new // 2 committed
-    tokens (zeros: contents do not matter for timing). drafter None: the target-only state."""
-    b, p = tokens.shape
-    n = drafter.num_nodes if drafter is not None else 0
-    hidden_ids = tuple(drafter.hidden_ids) if drafter is not None else ()
-    pre = prefill(graphdef, cfg, params, tokens, lengths, budgets, sampling, stop_ids, keys, cache_len,
-                  max_new + n, hidden_ids)
-    offset = max_new // 2
-    cache = pre.cache.advance(offset)
-    generated = jnp.minimum(1 + offset, jnp.maximum(budgets - 1, 1)).astype(jnp.int32)
-    history = jnp.zeros((b, p + max_new + n), jnp.int32).at[:, :p].set(tokens)
-    history = write_rows(history, pre.first[:, None], lengths)
-    ctx = DraftContext(history, lengths + 1 + offset, pre.first, cache.lengths)
-    dstate = ()
-    if drafter is not None:
-        dstate = drafter.init_state(dparams, Prefill(tokens, lengths, pre.hidden, pre.logits, pre.first), cache_len)
-        dstate = _advance_state(dstate, offset)
-    return _MidDecode(cache, dstate, ctx, step_keys(keys, 1 + offset), pre.out, history, generated,
-                      jnp.zeros((b,), bool))
+def _verify_part(s: SpecState) -> SpecState:
+    """The state without what verification does not read (the cache before the tree forward, the
+    drafter state): donated whole, it then hands over only what the loop updates in place."""
+    return s._replace(cache=None, drafter=None)
+
+
+def _update(spec: LoopSpec, params, state, ctx, result, hidden):
+    return spec.drafter.update(params, state, ctx, result, hidden)
+
+
+def _setup(spec: LoopSpec, params, dparams, inputs: LoopInputs):
+    """The loop's real start, then every row advanced by max_new // 2 committed tokens (cache,
+    history length, step, the drafter state's `length`; the new entries are zeros: contents do not
+    matter for timing) and running. A `SpecState`, or an `ARState` target-only."""
+    state = spec.start(params, dparams, inputs)
+    offset = spec.max_new // 2
+    running = jnp.zeros_like(state.done)
+    state = state._replace(
+        step=state.step + offset, cache=state.cache.advance(offset), done=running, stopped=running,
+        generated=jnp.minimum(1 + offset, jnp.maximum(inputs.budgets - 1, 1)).astype(jnp.int32))
+    if spec.drafter is None:
+        return state
+    return state._replace(hist_len=state.hist_len + offset, drafter=_advance_state(state.drafter, offset))
+
+
+def _ar_state(spec: LoopSpec, s: SpecState) -> ARState:
+    """The target-only loop's state at the same point (forward_1 at the speculative loop's cache)."""
+    out = jnp.full((s.out.shape[0], spec.max_new), -1, jnp.int32)
+    return ARState(s.step, s.root, s.generated, out, s.done, s.stopped, s.cache, s.budgets, s.sampling, s.keys)
 
 
 # ------------------------------------------------------------------ timing
@@ -149,49 +152,52 @@ def _compiled(fn, static, *args, donate_argnums=()):
         return compiled(fn, static, *args, donate_argnums=donate_argnums)[0]
 
 
-def step_profile(target, drafter, drafter_params, tokens, lengths, *, max_new: int, cache_len: int,
-                 greedy: bool = True, budgets=None, sampling: SamplingParams | None = None, stop_ids=None,
-                 keys=None, phases: Sequence[str] | None = None, reps: int = 7) -> dict[str, Any]:
-    """Times the phases of one decoding step (module docstring) at the loop's shapes.
+def default_inputs(tokens, lengths, *, max_new: int, greedy: bool = True) -> LoopInputs:
+    """Loop inputs for a profile of tokens [B, P] (right-padded) with lengths [B]: budgets max_new,
+    temperature 0 if greedy else 1, no stop tokens (8 x -1), keys from key 0."""
+    tokens = jnp.asarray(tokens, jnp.int32)
+    b = tokens.shape[0]
+    return LoopInputs(tokens, jnp.asarray(lengths, jnp.int32), jnp.full((b,), max_new, jnp.int32),
+                      SamplingParams.make(b, 0.0 if greedy else 1.0), jnp.full((8,), -1, jnp.int32),
+                      jax.random.split(jax.random.key(0), b))
 
-    target: a `Target`; drafter: None (target-only) or a Drafter (e.g. `PromptLookup()`, whose
-    `propose`/`update` are nearly free but still timed) with its drafter_params; tokens [B, P]
-    right-padded prompts (the loop's prompt bucket P) with lengths [B]; max_new and cache_len as
-    the loop has them (`generate`: cache_length(P, max_new[, N])); greedy selects verify_greedy or
-    verify_sampling; budgets [B] (default max_new), sampling (default temperature 0 if greedy
-    else 1), stop_ids [S] (default 8 x -1) and keys [B] (default from key 0) as `generate` passes
-    them. phases: which of PHASES to time (default all; target-only runs only "forward_1").
+
+def step_profile(spec: LoopSpec, params, drafter_params, inputs: LoopInputs, *,
+                 phases: Sequence[str] | None = None, reps: int = 7) -> dict[str, Any]:
+    """Times the phases of one decoding step (module docstring) of the loop `spec` describes, on
+    the rows of `inputs` (tokens [B, P] at the loop's prompt bucket P, as the loop gets them;
+    `default_inputs` builds some).
+
+    spec: the loop's settings (its drafter, e.g. `PromptLookup()`, whose `propose`/`update` are
+    nearly free but still timed, or None target-only; cache_len and max_new as the loop has
+    them, `generate`: cache_length(P, max_new[, N]); greedy selects verify_greedy or
+    verify_sampling; collect and hist_size are not used); params: the target's. phases: which of
+    PHASES to time (default all; target-only runs only "forward_1").
 
     Returns {"<phase>_ms": median ms of one batched call, for each timed phase} plus the shape it
     was measured at: "batch", "prompt_len", "cache_len", "num_nodes" (0 target-only), "length"
     (committed tokens the cache holds beyond the prompt: max_new // 2), "reps".
     """
-    cfg = target.config
-    tokens = jnp.asarray(tokens, jnp.int32)
-    b, p = tokens.shape
-    lengths = jnp.asarray(lengths, jnp.int32)
-    budgets = jnp.full((b,), max_new, jnp.int32) if budgets is None else jnp.asarray(budgets, jnp.int32)
-    sampling = sampling if sampling is not None else SamplingParams.make(b, 0.0 if greedy else 1.0)
-    stop_ids = jnp.full((8,), -1, jnp.int32) if stop_ids is None else jnp.asarray(stop_ids, jnp.int32)
-    keys = jax.random.split(jax.random.key(0), b) if keys is None else keys
+    b, p = inputs.tokens.shape
     wanted = tuple(PHASES if phases is None else phases)
     unknown = set(wanted) - set(PHASES)
     if unknown:
         raise ValueError(f"unknown phases {sorted(unknown)}; choose from {PHASES}")
-    if drafter is None:
+    if spec.drafter is None:
         wanted = tuple(ph for ph in wanted if ph == "forward_1")
-    n = drafter.num_nodes if drafter is not None else 0
-    static_key = (cfg, drafter, b, p, cache_len, max_new, reps)
+    greedy = spec.greedy
+    spec = dataclasses.replace(spec, collect=False, hist_size=0)
+    static_key = (dataclasses.replace(spec, greedy=False), b, p, reps)
     todo = [ph for ph in wanted if _lookup(static_key, ph, greedy) is None]
     if todo:  # the phases' executables are dropped once timed (only the timings are cached)
         mark = cached_count()
         try:
-            _measure(target, drafter, drafter_params, tokens, lengths, budgets, sampling, stop_ids, keys,
-                     max_new, cache_len, bool(greedy), reps, static_key, todo)
+            _measure(spec, params, drafter_params, inputs, reps, static_key, todo)
         finally:
             release(mark)
     out: dict[str, Any] = {f"{ph}_ms": 1000 * _lookup(static_key, ph, greedy) for ph in wanted}
-    out.update(batch=b, prompt_len=p, cache_len=cache_len, num_nodes=n, length=max_new // 2, reps=reps)
+    out.update(batch=b, prompt_len=p, cache_len=spec.cache_len, num_nodes=spec.num_nodes, length=spec.max_new // 2,
+               reps=reps)
     return out
 
 
@@ -205,14 +211,11 @@ def _lookup(static_key, phase, greedy) -> float | None:
     return None
 
 
-def _measure(target, drafter, dparams, tokens, lengths, budgets, sampling, stop_ids, keys, max_new, cache_len,
-             greedy, reps, static_key, todo) -> None:
+def _measure(spec: LoopSpec, params, dparams, inputs: LoopInputs, reps, static_key, todo) -> None:
     """Compiles each phase once; the drafter's phases run in loop order on the real state (propose
     -> tree forward -> verify -> update), each giving the next its real inputs, then each is timed."""
-    cfg, graphdef, params = target.config, target.graphdef, target.params
-    dparams = () if drafter is None else dparams
-    setup_args = (params, dparams, tokens, lengths, budgets, sampling, stop_ids, keys)
-    s = _compiled(_setup, (graphdef, cfg, drafter, cache_len, max_new), *setup_args)(*setup_args)
+    dparams = () if spec.drafter is None else dparams
+    s = _compiled(_setup, (spec,), params, dparams, inputs)(params, dparams, inputs)
     runs = []  # (phase, executable, args, donated)
 
     def run(phase, fn, static, args, donate):
@@ -221,27 +224,24 @@ def _measure(target, drafter, dparams, tokens, lengths, budgets, sampling, stop_
         return exe(*(_copy(a) if i in donate else a for i, a in enumerate(args)))
 
     by_greedy = {"verify"}  # phases whose timing depends on greedy
-    if drafter is not None and set(todo) & set(DRAFT_PHASES + ("tree_forward", "verify")):
-        shape = jax.eval_shape(lambda *a: _propose(drafter, False, *a)[0], dparams, s.dstate, s.ctx, s.key)
-        drop = greedy and shape.draft_probs is not None
+    if spec.drafter is not None and set(todo) & set(DRAFT_PHASES + ("tree_forward", "verify")):
+        propose_args = (dparams, s.drafter, _context(s), step_keys(s.keys, s.step))
+        shape = jax.eval_shape(lambda *a: _propose(spec, False, *a)[0], *propose_args)
+        drop = spec.greedy and shape.draft_probs is not None
         if shape.draft_probs is not None:
             by_greedy.add("propose")
-        tree, dstate = run("propose", _propose, (drafter, drop), (dparams, s.dstate, s.ctx, s.key), (1,))
-        tree, anc, fwd = run("tree_forward", tree_forward, (graphdef, tuple(drafter.hidden_ids)),
-                             (params, tree, s.ctx.root, s.cache), (3,))
-        c = run("verify", verify_commit, (greedy, drafter.max_children),
-                (tree, anc, fwd.logits, fwd.cache, s.out, s.history, s.ctx.hist_len, s.generated,
-                 s.done, s.done, budgets, sampling, stop_ids, s.key), (3, 4, 5))
+        tree, dstate = run("propose", _propose, (spec, drop), propose_args, (1,))
+        tree, anc, fwd = run("tree_forward", tree_forward, (spec,), (params, tree, s.root, s.cache), (3,))
+        c = run("verify", _verify, (spec,), (_verify_part(s), tree, anc, fwd.logits, fwd.cache, inputs.stop_ids),
+                (0, 4))
         if "update" in todo:
-            run("update", _update, (drafter,), (dparams, dstate, c.ctx, c.result, fwd.hidden), (1,))
+            run("update", _update, (spec,), (dparams, dstate, c.ctx, c.result, fwd.hidden), (1,))
     if "forward_1" in todo:
-        out = jnp.full((tokens.shape[0], max_new), -1, jnp.int32)
-        run("forward_1", ar_step, (graphdef, max_new),
-            (params, s.ctx.root, s.cache, s.generated, out, s.done, s.done, budgets, sampling, stop_ids, s.key),
-            (2, 4))
+        ar = s if spec.drafter is None else _ar_state(spec, s)
+        run("forward_1", ar_step, (spec,), (params, ar, inputs.stop_ids), (1,))
     for phase, exe, args, donate in runs:
         if phase in todo:
-            key = (static_key, phase, greedy) if phase in by_greedy else (static_key, phase)
+            key = (static_key, phase, spec.greedy) if phase in by_greedy else (static_key, phase)
             _MEASURED[key] = _time(exe, args, donate, reps)
 
 

@@ -1,7 +1,7 @@
 """The drafter protocol: what every drafter (prompt lookup, EAGLE-3, SpecBlock, DFlash) implements.
 
 A drafter is a frozen dataclass (hashable, a static argument under jit) holding only settings;
-its weights (`params`) and its per-batch `state` (a NamedTuple of [B, ...] arrays, or () for a
+its weights (`params`; the two together are a `LoadedDrafter`) and its per-batch `state` (a NamedTuple of [B, ...] arrays, or () for a
 stateless drafter) are pytrees passed through the decode loop. A drafter saved as a folder names
 its registry kind in a class attribute `kind` (see drafters/registry.py).
 All three methods are pure and run inside the loop's jit:
@@ -39,6 +39,12 @@ class Prefill(NamedTuple):
     hidden: jax.Array | None  # [B, P, n, H] target hidden states at drafter.hidden_ids, or None
     logits: jax.Array  # [B, V] the target's next-token logits after the prompt
     root: jax.Array  # [B] the first generated token (sampled from `logits`)
+
+
+class LoadedDrafter(NamedTuple):
+    """A drafter with its weights: what `load_drafter` returns and `generate` takes as `drafter`."""
+    drafter: Any  # a Drafter: settings only, hashable
+    params: Any  # its weights (a pytree; () for a drafter without any, e.g. prompt lookup)
 
 
 class Drafter(Protocol):

@@ -37,6 +37,7 @@ import numpy as np
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
+from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.io import fill_params, flatten_params, load_drafter
 
@@ -133,11 +134,11 @@ class BlockPilotDrafter:
         """[B, V] the target's logits after each prompt -> [B] int32 chosen block sizes."""
         return choose(self.policy_graphdef, params["policy"], self.policy, logits)
 
-    def for_group(self, params, size: int):
-        """(the DFlash drafter with block size `size`, its params): serves requests routed to it."""
+    def for_group(self, params, size: int) -> LoadedDrafter:
+        """The DFlash drafter with block size `size` and its params: serves requests routed to it."""
         if size not in self.policy.sizes:
             raise ValueError(f"block size {size} is not one of the policy's sizes {self.policy.sizes}")
-        return dataclasses.replace(self.dflash, block_size=int(size)), params["dflash"]
+        return LoadedDrafter(dataclasses.replace(self.dflash, block_size=int(size)), params["dflash"])
 
     def init_state(self, params, prefill, max_len: int):
         block = choose(self.policy_graphdef, params["policy"], self.policy, prefill.logits)

@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from specblock_jax.decoding.generate import encode_prompts, length_bucket
+from specblock_jax.decoding.job import encode_prompts, length_bucket
 from specblock_jax.drafters.blockpilot import (PolicyConfig, features, init_policy, load_blockpilot,
                                                save_blockpilot)
 from specblock_jax.drafters.registry import DrafterKind, register

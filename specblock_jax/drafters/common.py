@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters import draft_vocab, hf_format
+from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.drafters.io import check_target, fill_params, load_weights, save_drafter
 from specblock_jax.models.config import ModelConfig, RopeConfig
 from specblock_jax.models.target import Target
@@ -162,7 +163,7 @@ class FeatureDrafterTask:
         bundle = {"draft": params, "embed": self.target.params["embed_tokens"], **self.extra_decoding_params()}
         if self.vocab is not None:
             bundle.update(zip(("d2t", "t2d"), self.vocab_arrays()))
-        return self.drafter(), bundle
+        return LoadedDrafter(self.drafter(), bundle)
 
     def export(self, params, out_dir: str) -> None:
         save_drafter(self.drafter(), params, out_dir, vocab=self.vocab)

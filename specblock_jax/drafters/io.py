@@ -21,6 +21,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from specblock_jax.drafters import draft_vocab, hf_format, registry
+from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.models.target import Target
 
 
@@ -125,8 +126,8 @@ def check_chat(meta: dict, chat: dict[str, Any] | None, where: str) -> None:
 
 
 def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = None,
-                 chat: dict[str, Any] | None = None, **decoding):
-    """(Drafter, params) ready for `sbj.generate(target, ..., drafter=...)`. `decoding` overrides
+                 chat: dict[str, Any] | None = None, **decoding) -> LoadedDrafter:
+    """The drafter with its weights, ready for `sbj.generate(target, ..., drafter=...)`. `decoding` overrides
     the saved decoding settings (e.g. num_nodes=32, depth=6). `chat`: the chat format prompts are
     served in (`ChatFormat(...).record(tokenizer)`), refused when the drafter recorded another
     (`check_chat`). A folder in a serving engine's layout (EAGLE-3, speculators, DFlash) is
@@ -142,4 +143,4 @@ def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = No
         kind = registry.get(meta.get("kind"))
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
-    return kind.load(path, meta, target, dtype or target.config.dtype, decoding)
+    return LoadedDrafter(*kind.load(path, meta, target, dtype or target.config.dtype, decoding))

@@ -26,11 +26,13 @@ from specblock_jax.parallel.mesh import ShardingPlan, put_array
 
 
 def run_sharded(plan: ShardingPlan, fn: Callable, *args):
-    """fn(*args) traced under `plan`; the last argument is raw key data [B, 2] (uint32), wrapped
-    back into typed keys. Outputs (a pytree of [B, ...] arrays) are split over "data"."""
-    *rest, raw_keys = args
+    """fn(*args) traced under `plan`, e.g. fn = LoopSpec.decode with args (spec, params,
+    drafter_params, inputs); the last argument is a `LoopInputs` whose keys are raw key data
+    [B, 2] (uint32, `DecodeLayout.inputs`), wrapped back into typed keys. Outputs (a pytree of
+    [B, ...] arrays) are split over "data"."""
+    *rest, inputs = args
     with use_plan(plan):
-        return jax.tree.map(constrain_batch, fn(*rest, jax.random.wrap_key_data(raw_keys)))
+        return jax.tree.map(constrain_batch, fn(*rest, inputs._replace(keys=jax.random.wrap_key_data(inputs.keys))))
 
 
 class DecodeLayout:
@@ -55,17 +57,17 @@ class DecodeLayout:
     def agree_all(self, flag: bool) -> bool:
         return bool(distributed.host_min([int(flag)])[0])
 
-    def inputs(self, tokens, lengths, budgets, sampling, stop_ids, keys) -> tuple:
-        """Host rows -> global arrays; keys become raw key data (the last input)."""
+    def inputs(self, inputs):
+        """A `LoopInputs` of host rows -> one of global arrays; keys become raw key data [B, 2]."""
         def rows(x):
             x = np.asarray(jax.device_get(x))
             shape = (x.shape[0] * jax.process_count(),) + x.shape[1:]
             return jax.make_array_from_process_local_data(self.plan.batch_sharding(x.ndim), x, shape)
 
-        raw = np.asarray(jax.device_get(jax.random.key_data(keys)))
-        stops = put_array(np.asarray(jax.device_get(stop_ids)), self.plan.replicated())
-        return (rows(tokens), rows(lengths), rows(budgets), jax.tree.map(rows, sampling), stops,
-                rows(raw))
+        raw = np.asarray(jax.device_get(jax.random.key_data(inputs.keys)))
+        stops = put_array(np.asarray(jax.device_get(inputs.stop_ids)), self.plan.replicated())
+        return inputs._replace(tokens=rows(inputs.tokens), lengths=rows(inputs.lengths), budgets=rows(inputs.budgets),
+                               sampling=jax.tree.map(rows, inputs.sampling), stop_ids=stops, keys=rows(raw))
 
     def outputs(self, outs) -> tuple:
         """This host's rows of every output, as numpy."""

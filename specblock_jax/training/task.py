@@ -33,7 +33,7 @@ Contract of the methods (all pure, no hidden state changed between calls):
   returns None or a dict of fields for the run's summary (e.g. the export's own validation).
 - `optimizer(cfg)` (optional): (optax transformation, LR schedule) for the run's config, in place
   of the trainer's `make_optimizer`.
-- `decoding_drafter(params)` (a `DrafterTask`): (Drafter, drafter_params) for `sbj.generate`
+- `decoding_drafter(params)` (a `DrafterTask`): a `LoadedDrafter` for `sbj.generate`
   (`trainer.tau_evaluator`).
 """
 
@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
 
+from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.models.transformer import apply, causal_mask, positions_from_valid
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class TrainTask(Protocol):
 class DrafterTask(TrainTask, Protocol):
     """A drafter kind's training: a `TrainTask` whose trained params also decode."""
 
-    def decoding_drafter(self, params) -> tuple[Any, Any]: ...  # (Drafter, drafter_params)
+    def decoding_drafter(self, params) -> LoadedDrafter: ...  # the Drafter with its decoding params
 
 
 def frozen_target_outputs(target: "sbj.Target", params, batch: dict[str, jax.Array],

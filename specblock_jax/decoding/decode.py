@@ -1,0 +1,201 @@
+"""`decode`: one call's requests through static batches or one continuous-batching stream, each
+batch's prefill and whole decode loop in one jit (decoding/loop.py).
+
+Every sequence stops on its own (a stop token or its token budget); a static batch's loop ends
+when all its rows have stopped, a stream's rows take the next waiting request (decoding/refill.py).
+`generate` (decoding/generate.py) is the public entry; auto serving (decoding/auto.py) and routing
+(decoding/routed.py) call `decode` for each part of a job.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specblock_jax.decoding.compiled import compiled
+from specblock_jax.decoding.job import MAX_STOP_TOKENS, DecodeOptions, Request, cache_length, length_bucket
+from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
+from specblock_jax.decoding.refill import Finished, Stream, pack_rows, pow2_at_least
+from specblock_jax.decoding.results import GenerationResult, GenerationStats
+from specblock_jax.decoding.step_profile import draft_seconds_per_step, step_profile
+from specblock_jax.drafters.base import LoadedDrafter
+from specblock_jax.models.target import Target
+from specblock_jax.parallel.decoding import DecodeLayout, run_sharded
+
+OnBatch = Callable[[list[GenerationResult]], None]
+
+
+def decode(target: Target, requests: Sequence[Request], drafter: LoadedDrafter | None, options: DecodeOptions, *,
+           adapter: Any = None, on_batch: OnBatch | None = None) -> list[GenerationResult]:
+    """One result per request, in the order given (request i has index i). drafter None:
+    target-only decoding. adapter and on_batch as `generate` takes them."""
+    if any(r.index != i for i, r in enumerate(requests)):
+        raise ValueError("decode: request i must have index i (job.renumber numbers a part of a job)")
+    bsz = options.batch_size or min(8, len(requests))
+    refill = options.refill
+    if refill is None:
+        refill = options.mesh is None and len(requests) > bsz
+    if refill:
+        if options.mesh is not None:
+            raise ValueError("refill: continuous batching does not run under a mesh yet; pass refill=False")
+        return _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch)
+    return _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch)
+
+
+def _stop_array(options: DecodeOptions) -> jax.Array:
+    """[MAX_STOP_TOKENS] int32 stop ids, -1 padded."""
+    return jnp.asarray(list(options.stop_ids) + [-1] * (MAX_STOP_TOKENS - len(options.stop_ids)), jnp.int32)
+
+
+def two_tokens(inputs: LoopInputs) -> LoopInputs:
+    """`compiled`'s warm-up inputs for a whole loop: every row's budget capped at two tokens, so
+    each kernel runs once (decoding/compiled.py)."""
+    return inputs._replace(budgets=jnp.minimum(inputs.budgets, 2))
+
+
+def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) -> list[GenerationResult]:
+    """Static batches of `bsz` rows, similar prompt lengths together; the last batch padded."""
+    base_key = jax.random.key(options.seed)
+    stop_arr = _stop_array(options)
+    order = sorted(range(len(requests)), key=lambda i: len(requests[i].tokens))  # similar lengths share a batch
+    results: list[GenerationResult | None] = [None] * len(requests)
+    pad = list(requests) or [Request(0, [0], 1, 0.0, 0)]  # a host with no prompts still joins every batch
+    d, dparams = drafter if drafter is not None else (None, ())
+    params, layout = target.params, None
+    if options.mesh is not None:
+        layout = DecodeLayout(options.mesh, bsz or 1)
+        bsz = layout.batch_size
+        if jax.process_count() > 1:
+            base_key = jax.random.fold_in(base_key, jax.process_index())
+        params = layout.put(target.params)
+        if drafter is not None:
+            dparams = layout.put(dparams)
+    max_new = max(r.budget for r in pad)  # static: one compilation serves every budget up to it
+    num_batches = -(-len(order) // bsz) if bsz else 0
+    if layout is not None:
+        max_new, num_batches = layout.agree_max(max_new, num_batches)
+    for start in range(0, num_batches * bsz, bsz):
+        chunk = order[start:start + bsz]
+        rows = [pad[i] for i in chunk + [chunk[0] if chunk else 0] * (bsz - len(chunk))]  # a fixed size
+        greedy = all(r.temperature <= 0 for r in rows)
+        bucket = length_bucket(max(len(r.tokens) for r in rows))
+        if layout is not None:  # every host runs the same shapes
+            greedy, bucket = layout.agree_all(greedy), layout.agree_max(bucket)[0]
+        inputs = pack_rows([r.tokens for r in rows], [r.budget for r in rows], [r.temperature for r in rows],
+                           [r.key for r in rows], bucket, base_key, options.top_k, options.top_p, stop_arr)
+        spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=d,
+                        cache_len=cache_length(bucket, max_new, 0 if d is None else d.num_nodes), max_new=max_new,
+                        greedy=greedy, collect=adapter is not None)
+        loop_dparams = adapter.params if adapter is not None else dparams
+        if layout is None:
+            exe, compile_s = compiled(LoopSpec.decode, (spec,), params, loop_dparams, inputs,
+                                      warm=lambda _: (params, loop_dparams, two_tokens(inputs)))
+            args = (params, loop_dparams, inputs)
+        else:
+            args = (params, loop_dparams, layout.inputs(inputs))
+            exe, compile_s = compiled(run_sharded, (layout.plan, LoopSpec.decode, spec), *args)
+        t0 = time.perf_counter()
+        loop = exe(*args)
+        # the adapter's history and features stay on the device; the rest comes to the host
+        host = LoopOutput(*(jax.device_get(loop[:4]) if layout is None else layout.outputs(loop[:4])))
+        wall = time.perf_counter() - t0
+        call_s, prof = (None, None) if layout is not None else _profile(target, spec, dparams, adapter, inputs,
+                                                                         options.profile)
+        event = None
+        if adapter is not None:
+            real = len(chunk)
+            event = adapter.after_batch(
+                loop.history, loop.hist_len, inputs.lengths, loop.features, real,
+                tokens=int(sum(host.generated[:real]) - real), forwards=int(sum(host.forwards[:real])),
+                decode_s=wall, budget=sum(requests[i].budget for i in chunk),
+                remaining_budget=sum(requests[i].budget for i in order[start + bsz:]) + adapter.extra_budget)
+        for r, i in enumerate(chunk):
+            new = host.tokens[r, :host.generated[r]].tolist()
+            stats = row_stats(len(requests[i].tokens), new, int(host.forwards[r]), bool(host.stopped[r]), call_s,
+                              wall, compile_s, bsz, start // bsz, event, int(np.max(host.forwards)))
+            results[i] = _result(target, new, stats, prof, options.profile, i)
+        if on_batch is not None:
+            on_batch([results[i] for i in chunk])
+    return results  # type: ignore[return-value]
+
+
+def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -> list[GenerationResult]:
+    """Continuous batching (decoding/refill.py): one stream of `bsz` rows, longest budget first."""
+    d, dparams = drafter if drafter is not None else (None, ())
+    n = 0 if d is None else d.num_nodes
+    bucket = length_bucket(max(len(r.tokens) for r in requests))
+    max_new = max(r.budget for r in requests)
+    spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=d, cache_len=cache_length(bucket, max_new, n),
+                    max_new=max_new, greedy=all(r.temperature <= 0 for r in requests),
+                    collect=adapter is not None, hist_size=bucket + max_new + n)
+    stream = Stream(spec, target.params, dparams, batch_size=bsz, top_k=options.top_k, top_p=options.top_p,
+                    stop_ids=_stop_array(options), base_key=jax.random.key(options.seed), bucket=length_bucket,
+                    wake_rows=options.refill_rows)
+    queue = sorted(requests, key=lambda r: (-r.budget, len(r.tokens)))  # longest budget first
+    call_s, prof = _profile(target, spec, dparams, adapter, stream.inputs(queue[:bsz], bsz), options.profile)
+    results: list[GenerationResult | None] = [None] * len(requests)
+    unfinished = {r.index for r in requests}
+
+    def on_finished(finished: list[Finished], state, rows: list[int]) -> None:
+        for f in finished:
+            unfinished.discard(f.index)
+        event = None
+        if adapter is not None and finished:
+            count = pow2_at_least(len(rows), bsz)  # gathered row counts are bucketed like inserts
+            idx = jnp.asarray(rows + [rows[0]] * (count - len(rows)), jnp.int32)
+            plen = [len(requests[f.index].tokens) for f in finished]
+            plen = jnp.asarray(plen + [plen[0]] * (count - len(rows)), jnp.int32)
+            event = adapter.after_batch(
+                state.history[idx], state.hist_len[idx], plen, state.features[idx, :state.history.shape[1]],
+                len(rows), tokens=sum(len(f.tokens) - 1 for f in finished), forwards=sum(f.forwards for f in finished),
+                decode_s=finished[0].segment_wall_s, budget=sum(requests[f.index].budget for f in finished),
+                remaining_budget=sum(requests[i].budget for i in unfinished) + adapter.extra_budget)
+        for f in finished:
+            stats = row_stats(len(requests[f.index].tokens), f.tokens, f.forwards, f.stopped, call_s, f.segment_wall_s,
+                              f.segment_compile_s, bsz, f.segment, event, f.segment_steps)
+            results[f.index] = _result(target, f.tokens, stats, prof, options.profile, f.index)
+        if on_batch is not None and finished:
+            on_batch([results[f.index] for f in finished])
+
+    stream.run(queue, on_finished, adapter)
+    return results  # type: ignore[return-value]
+
+
+def _result(target, new: list[int], stats: GenerationStats, prof, profile: str, index: int) -> GenerationResult:
+    text = target.tokenizer.decode(new, skip_special_tokens=True) if target.tokenizer else None
+    if profile == "all" and prof is not None:
+        stats.step_profile = dict(prof)
+    return GenerationResult(text, new, stats, index)
+
+
+def _profile(target, spec: LoopSpec, dparams, adapter, inputs: LoopInputs, profile: str):
+    """(seconds of one batched propose + update or None, the step profile or None) of the loop
+    `spec` on `inputs`' rows; see `generate`'s profile."""
+    if spec.drafter is not None and profile == "off":
+        return None, None
+    if spec.drafter is None and profile != "all":
+        return 0.0, None
+    if adapter is not None:
+        dparams = adapter.params
+    prof = step_profile(spec, target.params, dparams, inputs,
+                        phases=None if profile == "all" else ("propose", "update"))
+    return draft_seconds_per_step(prof), prof
+
+
+def row_stats(prompt_tokens: int, new: list[int], forwards: int, stopped: bool, draft_call_s: float | None,
+              wall: float, compile_s: float, batch_size: int, batch: int, event: dict | None,
+              batch_steps: int) -> GenerationStats:
+    """One row's statistics. tau: tokens committed per decoding forward, bonus included (the
+    prefill's token is not counted, nor is its forward); exactly 1 for autoregressive decoding.
+    batch_steps: decoding steps its batch (or segment) ran."""
+    return GenerationStats(
+        prompt_tokens=prompt_tokens, new_tokens=len(new), target_forwards=forwards + 1,
+        tau=(len(new) - 1) / forwards if forwards else None, finish_reason="stop" if stopped else "length",
+        draft_time_s=None if draft_call_s is None else forwards * draft_call_s, total_time_s=wall,
+        compile_s=compile_s, batch_size=batch_size, batch=batch, adapt=event,
+        batch_draft_time_s=None if draft_call_s is None else batch_steps * draft_call_s, batch_steps=batch_steps)
