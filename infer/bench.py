@@ -210,16 +210,12 @@ def prepare_method(target, method, temperature, batch_size, args, cal_prompts: l
 
 
 def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, start: int = 0,
-                   results: list | None = None, note: str = "", later: int = 0) -> list:
+                   results: list | None = None, note: str = "") -> list:
     """Decodes `prompts` (positions start.. of the whole prompt list: their key streams are those
     of the whole job) with a prepared method and appends the results to `results`, their batch
-    indices continuing after the batches already there. `later`: prompts the job decodes after
-    these (an adapter's controller counts their budget as work still to come)."""
+    indices continuing after the batches already there. An adapter or auto method learns only
+    what a server would: the prompts of this call, not how many the job decodes after them."""
     results = [] if results is None else results
-    if prep["adapter"] is not None:
-        prep["adapter"].extra_budget = later * args.max_new_tokens
-    if isinstance(prep["drafter"], sbj.decoding.AutoServe):  # auto skips re-checks near the job's end
-        prep["drafter"].extra_requests = later
     offset = 1 + max((r.stats.batch for r in results), default=-1)
     label = f"T={temperature:g} b={batch_size} {method_label(prep['method'])}{note}"
     keys = None if isinstance(prep["drafter"], sbj.decoding.AutoServe) else range(start, start + len(prompts))
@@ -274,7 +270,7 @@ def run_rounds(target, prompts, methods, temperature, batch_size, args,
         for i in rotation(list(range(len(methods))), k):
             prep, res, before, adapt_before = preps[i], results[i], len(results[i]), adapt_time(preps[i])
             decode_prompts(target, prep, prompts[a:b], temperature, batch_size, args, start=int(a),
-                           results=res, note=f" [round {k + 1}/{args.rounds}]", later=len(prompts) - int(b))
+                           results=res, note=f" [round {k + 1}/{args.rounds}]")
             tokens, wall = loop_time(res[before:])
             rounds[i].append((tokens, wall + adapt_time(prep) - adapt_before))
     return [summarise(p, r, temperature, batch_size, n) for p, r, n in zip(preps, results, rounds)]

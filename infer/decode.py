@@ -238,8 +238,6 @@ def decode_batches(args, target, drafter, adapter, mesh, todo, out, bar) -> tupl
     for start in range(0, num_batches * args.batch_size, args.batch_size):
         batch = [rec for _, rec in todo[start:start + args.batch_size]]
         t0 = time.perf_counter()
-        if adapter is not None:  # the controller weighs updates against the whole job's rest
-            adapter.extra_budget = sum(rec["budget"] for _, rec in todo[start + args.batch_size:])
         results = sbj.generate(
             target, [r["prompt"] for r in batch], drafter=drafter,
             temperature=[r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p,

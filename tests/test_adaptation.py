@@ -156,6 +156,24 @@ def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eag
     assert compilation_count() == again  # a persisted adapter reuses every executable
 
 
+def test_the_adapter_decides_from_the_requests_it_holds_not_from_later_calls(target, eagle3, prompts):
+    """A server knows its queue, not what comes after it: the first call's decisions are the same
+    whether or not a second call follows, and its last batch, with nothing left queued, decides
+    no update although the job goes on."""
+    def decisions(ad, start=0):
+        return [(e["update"], e.get("rolled_back", False), e["remaining_tokens"]) for e in ad.events[start:]]
+
+    kw = dict(drafter=eagle3, max_new_tokens=16, batch_size=2, refill=False)
+    alone, followed = _adapter(eagle3, cost_scale=0.0), _adapter(eagle3, cost_scale=0.0)
+    sbj.generate(target, prompts[:6], adapter=alone, **kw)
+    sbj.generate(target, prompts[:6], adapter=followed, **kw)
+    sbj.generate(target, prompts[6:], adapter=followed, **kw)
+    first = decisions(alone)
+    assert len(first) == 3 and decisions(followed)[:3] == first
+    assert first[0][0] and not first[-1][0] and first[-1][2] == 0.0  # updates while work is queued, none after
+    assert "predicted_gain" not in alone.events[-1]  # nothing queued: no decision was asked for
+
+
 def test_controller_arithmetic():
     c = CostAwareController(cost_scale=1.0, prior_gain=0.1)
     c.observe_decoding(tokens=1000, seconds=2.0)  # 2 ms per token

@@ -77,6 +77,33 @@ def test_a_larger_budget_than_a_losing_one_waits_unexplored_and_no_recheck_comes
     assert [o for o, why in picks] == ["ar", 4] + ["ar"] * 14
 
 
+def test_auto_decides_from_the_requests_it_holds_not_from_later_calls(monkeypatch):
+    """A server knows its queue, not what comes after it: a call's chunks are chosen the same
+    whether or not another call follows, and near the call's end no re-check is made (too few
+    queued chunks would gain from it) even when the next call then re-checks first thing."""
+    import specblock_jax.decoding.auto as auto_mod
+    from specblock_jax.decoding.job import DecodeOptions, Request
+
+    def fake_serve(target, requests, drafter, options):  # 10 tokens a request, target-only slower
+        seconds = 10 / (100.0 if drafter is None else 300.0)
+        stats = lambda j: sbj.GenerationStats(1, 10, 11, 1.0, "length", None, seconds, 0.0, 1, j)  # noqa: E731
+        return [sbj.GenerationResult(None, [1] * 10, stats(j), j) for j in range(len(requests))]
+
+    monkeypatch.setattr(auto_mod, "serve", fake_serve)
+    call = [Request(i, [1, 2], 10, 0.0, i) for i in range(6)]
+
+    def choices(auto, start=0):
+        return [(e["option"], e["why"]) for e in auto.events[start:]]
+
+    alone, followed = (AutoServe("prompt_lookup", chunk=1, recheck_every=2) for _ in range(2))
+    alone.serve(None, call, DecodeOptions(batch_size=1))
+    followed.serve(None, call, DecodeOptions(batch_size=1))
+    followed.serve(None, call, DecodeOptions(batch_size=1))
+    # "ar", overtaken at chunk 1, is due again at chunk 4: 2 chunks queued there, too few
+    assert choices(alone) == choices(followed)[:6] == [("ar", "explore"), (8, "explore")] + [(8, "best")] * 4
+    assert choices(followed, 6)[0] == ("ar", "recheck")  # the next call holds 6 chunks
+
+
 def test_auto_greedy_output_is_target_only_and_every_chunk_is_logged(small_vocab_target):
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(18)]

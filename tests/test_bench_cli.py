@@ -203,24 +203,31 @@ def test_auto_decisions_plot_draws_every_auto_run(tmp_path):
     assert (tmp_path / "auto.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_rounds_tell_the_adapter_the_budget_of_later_rounds(monkeypatch):
+def test_rounds_tell_the_adapter_and_auto_nothing_of_later_rounds(monkeypatch):
+    """A server knows the requests it holds, not how many the job sends after them: every round's
+    call gets the same adapter and auto method, which the bench never writes to."""
     class FakeAdapter:
-        extra_budget = 0
         time_s = 0.0  # (bench reads the adapter's time per round)
 
+        def __setattr__(self, name, value):
+            raise AssertionError(f"the bench told the adapter {name}={value!r}")
+
+    auto, held = bench.sbj.decoding.AutoServe("prompt_lookup"), FakeAdapter()
+    before = dict(vars(auto))
     seen = []
 
-    def fake_generate(target, prompts, adapter=None, **kw):
-        seen.append((len(prompts), adapter.extra_budget))
+    def fake_generate(target, prompts, drafter=None, adapter=None, **kw):
+        seen.append((len(prompts), drafter is auto, adapter is held))
         return []
 
     monkeypatch.setattr(bench.sbj, "generate", fake_generate)
-    monkeypatch.setattr(bench, "prepare_method", lambda *a: {"method": "m", "drafter": None, "adapter": FakeAdapter(),
+    monkeypatch.setattr(bench, "prepare_method", lambda *a: {"method": "m", "drafter": auto, "adapter": held,
                                                              "calibration": None})
     monkeypatch.setattr(bench, "summarise", lambda *a: {})
     args = argparse.Namespace(rounds=3, max_new_tokens=10, seed=0, no_refill=False)
     bench.run_rounds(None, list(range(9)), ["m"], 0.0, 1, args)
-    assert seen == [(3, 60), (3, 30), (3, 0)]  # the remaining prompts' budgets, round by round
+    assert seen == [(3, True, True)] * 3
+    assert vars(auto) == before  # nothing about the rounds still to come
 
 
 def test_a_low_memory_map_limit_is_warned_about_before_a_large_bench(tmp_path):

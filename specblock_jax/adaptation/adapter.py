@@ -17,7 +17,8 @@ prefill and the verification forwards: no extra target forward). The adapter
      and rolls the update back unless the gain is clearly positive: at least `keep_z` standard
      errors over those rows (`rollback`; on eight rows that error was 1-2.5% in the bench runs);
   3. with the last update evaluated, asks the controller (controller.py) whether one more update
-     round pays over the remaining work; if so runs `steps` optimizer steps (AdamW, gradient
+     round pays over the work still queued (the requests of the `generate` call not yet served;
+     like a server, it is told nothing of later calls); if so runs `steps` optimizer steps (AdamW, gradient
      clipping) on rows sampled from the buffer, updating only the parameters under `subset`.
 The target decides every committed token, so outputs do not depend on adaptation (greedy output
 is identical; sampling keeps the target's distribution). The adapter's state (parameters, optimizer,
@@ -224,9 +225,6 @@ class Adapter:
         self.compile_s = 0.0
         self.budget_seen = 0
         self.tokens_seen = 0
-        # new-token budget of the job beyond the current `generate` call (a caller that decodes a
-        # job in several calls sets it before each, so the controller sees the whole remainder)
-        self.extra_budget = 0
 
     @property
     def params(self) -> Any:
@@ -291,7 +289,8 @@ class Adapter:
         """One decoded batch (the speculative loop's outputs with collect=True; its first
         `num_rows` rows are real): `tokens` committed in `forwards` verification forwards (summed over rows; the
         prefill's token excluded) in `decode_s` seconds, out of `budget` new-token budget;
-        `remaining_budget` new tokens are still to be decoded in this job. Returns the event."""
+        `remaining_budget`: the new-token budget of the requests the `generate` call still holds
+        (what a server knows: its queue, not how much work will come after it). Returns the event."""
         start = time.perf_counter()
         compile_before = self.compile_s
         if self.buffer is None:

@@ -1,9 +1,11 @@
-"""The cost-aware controller: update the drafter only when the predicted saving over the remaining
-work exceeds the measured cost of an update.
+"""The cost-aware controller: update the drafter only when the predicted saving over the work still
+queued exceeds the measured cost of an update.
 
 At each decision point (after a decoded batch) it has
   - seconds per committed token, measured on the batches decoded so far (decode loop wall time);
-  - the tokens still to decode (the job's remaining budgets times the observed fill ratio);
+  - the tokens still queued: the budgets of the requests held and not yet served (as a server
+    knows them: the current `generate` call's, nothing of later calls) times the observed fill
+    ratio;
   - the cost of one update round in seconds, measured (a timed dry run before the first update,
     then every real update, each including its evaluation);
   - a predicted relative gain g of the acceptance length from one more update: the realised gains

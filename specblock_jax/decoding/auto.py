@@ -22,9 +22,10 @@ differently in the two). Each chunk runs with one option, chosen by `choose`:
      finds it slower, its wait grows: `recheck_every` chunks after the first, then twice as long
      each time, or four times when it ran below `slow` x the fastest's speed, so an option that
      clearly loses costs a few chunks per job rather than one in every `recheck_every`. An option
-     that measures fastest becomes the one served and its wait starts over. Near the job's end (fewer
-     than `recheck_every` chunks after it; `generate` counts them, plus `extra_requests`) a re-check
-     is skipped: what it could find would serve too few chunks to pay for it.
+     that measures fastest becomes the one served and its wait starts over. Near the end of the
+     queue (fewer than `recheck_every` chunks of the call's requests after it) a re-check is
+     skipped: what it could find would serve too few chunks to pay for it. Like a server, it
+     counts only the requests it holds, never work that may come in later calls.
 tokens/s = new tokens / decode-loop wall time of the chunk, compilation excluded; a chunk's
 measurement therefore includes its prefills, refills and drafting. Every option is lossless, so
 the outputs are the target's whichever is chosen: greedy outputs are token-identical to target-only
@@ -64,7 +65,6 @@ class AutoServe:
     recheck_every: int = 6
     window: int = 6  # chunks pooled into an option's speed
     slow: float = 0.8  # below this fraction of the fastest's speed, an option's wait grows 4x (else 2x)
-    extra_requests: int = 0  # requests of the same regime the job decodes after this `generate` call
     events: list[dict] = dataclasses.field(default_factory=list)
     # per (regime, option): (tokens, seconds) of every chunk it served
     runs: dict[tuple[str, Any], list[tuple[int, float]]] = dataclasses.field(default_factory=dict)
@@ -111,7 +111,7 @@ class AutoServe:
             idx = [i for i in range(n) if (requests[i].temperature <= 0) == (regime == "greedy")]
             for start in range(0, len(idx), size):
                 part = idx[start:start + size]
-                option, why = self.choose(regime, remaining=-(-(len(idx) - start + self.extra_requests) // size))
+                option, why = self.choose(regime, remaining=-(-(len(idx) - start) // size))  # chunks queued
                 # each chunk its own key streams: (seed, regime, chunk start) hashed into a seed
                 key = jax.random.fold_in(jax.random.key(options.seed), 2 * start + r)
                 chunk = dataclasses.replace(
@@ -146,8 +146,8 @@ class AutoServe:
 
     def choose(self, regime: str, remaining: int | None = None) -> tuple[Any, str]:
         """(option, why) for the next chunk of `regime`: "explore", "best" or "recheck".
-        remaining: chunks the job has left in this regime, this one included (None: unknown); a
-        re-check is skipped when fewer than `recheck_every` chunks would follow it."""
+        remaining: chunks of this regime queued, this one included (None: unknown); a re-check is
+        skipped when fewer than `recheck_every` chunks would follow it."""
         n = self.chunks.get(regime, 0)
         for k, option in enumerate(self.options):
             if (regime, option) in self.runs or (regime, option) in self.due:

@@ -113,7 +113,7 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
                 loop.history, loop.hist_len, inputs.lengths, loop.features, real,
                 tokens=int(sum(host.generated[:real]) - real), forwards=int(sum(host.forwards[:real])),
                 decode_s=wall, budget=sum(requests[i].budget for i in chunk),
-                remaining_budget=sum(requests[i].budget for i in order[start + bsz:]) + adapter.extra_budget)
+                remaining_budget=sum(requests[i].budget for i in order[start + bsz:]))
         for r, i in enumerate(chunk):
             new = host.tokens[r, :host.generated[r]].tolist()
             stats = row_stats(len(requests[i].tokens), new, int(host.forwards[r]), bool(host.stopped[r]), call_s,
@@ -154,7 +154,7 @@ def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -
                 state.history[idx], state.hist_len[idx], plen, state.features[idx, :state.history.shape[1]],
                 len(rows), tokens=sum(len(f.tokens) - 1 for f in finished), forwards=sum(f.forwards for f in finished),
                 decode_s=finished[0].segment_wall_s, budget=sum(requests[f.index].budget for f in finished),
-                remaining_budget=sum(requests[i].budget for i in unfinished) + adapter.extra_budget)
+                remaining_budget=sum(requests[i].budget for i in unfinished))
         for f in finished:
             stats = row_stats(len(requests[f.index].tokens), f.tokens, f.forwards, f.stopped, call_s, f.segment_wall_s,
                               f.segment_compile_s, bsz, f.segment, event, f.segment_steps)
