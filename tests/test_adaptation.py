@@ -332,7 +332,7 @@ def test_the_adapter_state_saves_and_a_resumed_job_continues_identically(target,
 def test_sampling_follows_the_target_distribution_while_adapting(small_vocab_target):
     """6000 sampled continuations in 6 batches with an update between every two (cost_scale=0):
     the (t2, t3) pairs still follow the target's exact distribution (the drafter only proposes)."""
-    from test_speculative import V as SV, _chi_square_pvalue, _exact_pair_distribution
+    from helpers_sampling import V as SV, chi_square_pvalue, exact_pair_distribution
 
     task = Eagle3Task({"num_nodes": 6, "top_k": 2, "depth": 2}, small_vocab_target)
     drafter = task.decoding_drafter(task.init_params(jax.random.key(4)))
@@ -345,5 +345,5 @@ def test_sampling_follows_the_target_distribution_while_adapting(small_vocab_tar
     counts = np.zeros((SV, SV))
     for r in res:
         counts[r.token_ids[1], r.token_ids[2]] += 1
-    assert _chi_square_pvalue(counts, _exact_pair_distribution(small_vocab_target, prompt, 1.0)) > 1e-3
-    assert _chi_square_pvalue(counts, _exact_pair_distribution(small_vocab_target, prompt, 1.25)) < 1e-6
+    assert chi_square_pvalue(counts, exact_pair_distribution(small_vocab_target, prompt, 1.0)) > 1e-3
+    assert chi_square_pvalue(counts, exact_pair_distribution(small_vocab_target, prompt, 1.25)) < 1e-6

@@ -10,7 +10,7 @@ import pytest
 import specblock_jax as sbj
 from specblock_jax.decoding import AutoServe
 from spec_drafters import RandomTreeDrafter, skewed_draft_params
-from test_speculative import V, _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
+from helpers_sampling import V, chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
 from test_speculative import small_vocab_target  # noqa: F401 (a fixture)
 
 
@@ -148,9 +148,9 @@ def test_auto_sampling_follows_the_target_distribution_while_switching(small_voc
     counts, res = sampled_pair_counts(small_vocab_target, auto, V, prompt, 6000, 1.0)
     served = {e["option"] for e in auto.events}
     assert served == {"ar", "spec"} and len(auto.events) == 6  # both options served chunks
-    exact = _exact_pair_distribution(small_vocab_target, prompt, 1.0)
-    assert _chi_square_pvalue(counts, exact) > 1e-3
-    assert _chi_square_pvalue(counts, _exact_pair_distribution(small_vocab_target, prompt, 1.25)) < 1e-6
+    exact = exact_pair_distribution(small_vocab_target, prompt, 1.0)
+    assert chi_square_pvalue(counts, exact) > 1e-3
+    assert chi_square_pvalue(counts, exact_pair_distribution(small_vocab_target, prompt, 1.25)) < 1e-6
 
 
 def test_auto_method_string_resolves_and_refuses_ar(tmp_path):

@@ -14,7 +14,7 @@ from specblock_jax.drafters.base import Prefill
 from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.dflash_train import DFlashTask, training_mask
 from specblock_jax.drafters.io import load_drafter, save_drafter
-from test_speculative import _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
+from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
 from conftest import peaked_tiny_target, train_on_fixed_batch
 
 V = 8
@@ -128,9 +128,9 @@ def test_sampled_dflash_decoding_matches_the_target_distribution(target, task, p
     prompt, draws = [1, 2, 3], 6000
     loaded = sbj.LoadedDrafter(drafter, task.decoding_drafter(params).params)
     counts, res = sampled_pair_counts(target, loaded, V, prompt, draws, temp, top_k, top_p)
-    exact = _exact_pair_distribution(target, prompt, temp, top_k, top_p)
-    assert _chi_square_pvalue(counts, exact) > 1e-3
-    assert _chi_square_pvalue(counts, _exact_pair_distribution(target, prompt, temp * 1.25, top_k, top_p)) < 1e-6
+    exact = exact_pair_distribution(target, prompt, temp, top_k, top_p)
+    assert chi_square_pvalue(counts, exact) > 1e-3
+    assert chi_square_pvalue(counts, exact_pair_distribution(target, prompt, temp * 1.25, top_k, top_p)) < 1e-6
     if mode == "sample":  # sampled drafts really were accepted (auto starts with greedy drafts)
         assert np.mean([r.stats.tau == 2 for r in res]) > 0.1
 

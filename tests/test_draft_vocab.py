@@ -17,7 +17,7 @@ from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.drafters.specblock_train import SpecBlockTask
-from test_speculative import _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
+from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
 
 V, K = 32, 12
 
@@ -119,8 +119,8 @@ def test_sampling_with_a_draft_vocabulary_matches_the_target_distribution(tmp_pa
     drafter = task.decoding_drafter(task.init_params(jax.random.key(4)))
     prompt, draws = [1, 2, 3], 6000
     counts, _ = sampled_pair_counts(small, drafter, 8, prompt, draws)
-    assert _chi_square_pvalue(counts, _exact_pair_distribution(small, prompt, 1.0)) > 1e-3
-    assert _chi_square_pvalue(counts, _exact_pair_distribution(small, prompt, 1.25)) < 1e-6
+    assert chi_square_pvalue(counts, exact_pair_distribution(small, prompt, 1.0)) > 1e-3
+    assert chi_square_pvalue(counts, exact_pair_distribution(small, prompt, 1.25)) < 1e-6
     outside = [2, 5, 7]
     assert counts[:, outside].sum() > 0  # the target still produces tokens the drafter cannot
 

@@ -16,7 +16,7 @@ from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer
 from specblock_jax.drafters.specblock_train import SpecBlockTask, later_block_mask, run_blocks
 from specblock_jax.training.losses import draft_loss, rank_loss
 from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
-from test_speculative import _chi_square_pvalue, _exact_pair_distribution, sampled_pair_counts
+from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
 from conftest import peaked_tiny_target, train_on_fixed_batch
 
 V = 32
@@ -258,9 +258,9 @@ def test_sampling_with_specblock_matches_the_target_distribution(settings):
     drafter = sb_task.decoding_drafter(sb_task.init_params(jax.random.key(4)))
     prompt, draws = [1, 2, 3], 6000
     counts, res = sampled_pair_counts(small, drafter, 8, prompt, draws)
-    exact = _exact_pair_distribution(small, prompt, 1.0)
-    assert _chi_square_pvalue(counts, exact) > 1e-3
-    assert _chi_square_pvalue(counts, _exact_pair_distribution(small, prompt, 1.25)) < 1e-6
+    exact = exact_pair_distribution(small, prompt, 1.0)
+    assert chi_square_pvalue(counts, exact) > 1e-3
+    assert chi_square_pvalue(counts, exact_pair_distribution(small, prompt, 1.25)) < 1e-6
     assert np.mean([r.stats.tau == 2 for r in res]) > 0.1  # drafts were accepted
 
 

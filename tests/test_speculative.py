@@ -3,29 +3,20 @@ the target's sampling distribution exactly. Plus compile counts and statistics."
 
 from __future__ import annotations
 
-import itertools
-
-import jax
 import numpy as np
 import pytest
-from scipy import stats
 
 import specblock_jax as sbj
-from spec_drafters import RandomTreeDrafter, skewed_draft_params
-from specblock_jax.decoding import SamplingParams, compilation_count, sampling_logprobs
+from helpers_sampling import (VARIANTS, V, TableTreeDrafter, chi_square_pvalue, exact_joint, joint_counts, peaked_target,
+                              perturbed_bigram_logits, sample_rows, top_k_table)
+from spec_drafters import RandomTreeDrafter
+from specblock_jax.decoding import compilation_count
 from specblock_jax.drafters import PromptLookup
-
-V = 8  # a tiny vocabulary: random drafts get accepted often, distributions can be enumerated
 
 
 @pytest.fixture(scope="module")
 def small_vocab_target():
-    cfg = sbj.models.config.tiny(vocab_size=V, eos_token_ids=())
-    target = sbj.init_target(cfg, seed=5)
-    # logits with a std of about 2.5 instead of 0.16: a clearly non-uniform target distribution
-    params = jax.tree.map(lambda x: x, target.params)
-    params["lm_head"] = params["lm_head"] * 15.0
-    return target.replace(params=params)
+    return peaked_target()  # over V tokens, clearly non-uniform
 
 
 def _prompts(n, vocab, seed=0, max_len=30):
@@ -85,66 +76,36 @@ def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
     assert np.asarray(tree.valid)[0].tolist() == [True, False, False, False]
 
 
-def _exact_pair_distribution(target, prompt, temperature, top_k=0, top_p=1.0):
-    """P(t2, t3) after the prompt, marginalising t1, under the target's sampling distribution
-    (temperature, top-k, top-p as checked against a numpy reference in test_sampling.py)."""
-    seqs = [prompt + [a, b] for a, b in itertools.product(range(V), repeat=2)]
-    logits = sbj.forward(target, seqs)
-    params = SamplingParams.make(len(seqs), temperature, top_k, top_p)
-    probs = np.exp(np.asarray(sampling_logprobs(logits, params), np.float64))
-    probs /= probs.sum(-1, keepdims=True)
-    n = len(prompt)
-    p1 = probs[0, n - 1]  # after the prompt
-    joint = np.zeros((V, V))
-    for idx, (a, b) in enumerate(itertools.product(range(V), repeat=2)):
-        p2 = probs[idx, n]  # after prompt + a
-        joint[b] += p1[a] * p2[b] * probs[idx, n + 1]  # t2 = b, t3 = every c
-    return joint  # [t2, t3]
+SINGLE_STEP_TREE = TableTreeDrafter(parents=(-1, 0, 0, 0, 1, 1, 2, 4), ranks=(0, 0, 1, 2, 0, 1, 0, 0))
 
 
-def sampled_pair_counts(target, drafter, vocab, prompt, draws=6000, temperature=1.0, top_k=0, top_p=1.0):
-    """(counts [V, V] of (t2, t3) over `draws` sampled 3-token continuations of `prompt`, the
-    results): tokens 2-3 come from the first speculative step (drafts and bonus)."""
-    res = sbj.generate(target, [prompt] * draws, drafter=drafter, temperature=temperature, top_k=top_k,
-                       top_p=top_p, max_new_tokens=3, batch_size=1000, seed=11)
-    counts = np.zeros((vocab, vocab))
-    for r in res:
-        counts[r.token_ids[1], r.token_ids[2]] += 1
-    return counts, res
-
-
-def _chi_square_pvalue(counts, expected_probs):
-    total = counts.sum()
-    exp = expected_probs.ravel() * total
-    obs = counts.ravel()
-    big = exp >= 5  # pool the rare cells into one
-    obs_b = np.append(obs[big], obs[~big].sum())
-    exp_b = np.append(exp[big], exp[~big].sum())
-    keep = exp_b > 0
-    chi2 = (((obs_b - exp_b) ** 2) / exp_b)[keep].sum()
-    return stats.chi2.sf(chi2, keep.sum() - 1)
-
-
-@pytest.mark.parametrize("stochastic,temp,top_k,top_p", [(False, 1.0, 0, 1.0), (True, 1.0, 0, 1.0),
-                                                         (True, 0.8, 6, 0.9)])
-def test_sampling_matches_the_target_distribution(small_vocab_target, stochastic, temp, top_k, top_p):
-    """6000 sequences; tokens 2-3 come from the first speculative step (drafts and bonus)."""
-    target = small_vocab_target
-    prompt, draws = [1, 2, 3], 6000
-    drafter = (RandomTreeDrafter(8, V, stochastic=stochastic, max_children=4),
-               skewed_draft_params(V))
-    counts, res = sampled_pair_counts(target, drafter, V, prompt, draws, temp, top_k, top_p)
-    exact = _exact_pair_distribution(target, prompt, temp, top_k, top_p)
+@pytest.mark.parametrize("drafts,temp,top_k,top_p", [("deterministic", 1.0, 0, 1.0), ("stochastic", 1.0, 0, 1.0),
+                                                     ("stochastic", 0.8, 6, 0.9)])
+def test_sampling_matches_the_target_distribution(small_vocab_target, drafts, temp, top_k, top_p):
+    """6000 rows of 3 new tokens after the prompt: the prefill samples t1; the first speculative step
+    commits t2 and t3 when it accepts a draft (else the next step commits t3). Their joint must
+    follow the target's, and the same test on the same draws must reject the two wrong verifiers
+    of helpers_sampling.VARIANTS. Drafts are correlated with the target (its next-token logits
+    after prompt + [a], plus noise): a fixed tree of their top 3 (q one-hot; the root has 3
+    children, one of them 2), or random trees sampled from their softmax (q not one-hot)."""
+    target, prompt = small_vocab_target, [1, 2, 3]
+    logits = perturbed_bigram_logits(target, prompt, noise=0.5)
+    drafter, params = ((SINGLE_STEP_TREE, top_k_table(logits, 3)) if drafts == "deterministic" else
+                       (RandomTreeDrafter(8, V, stochastic=True, max_children=4), logits))
+    exact = exact_joint(target, prompt, temp, top_k, top_p)
+    pvalues, accepted = [], []
+    for variant in range(len(VARIANTS)):
+        tokens, forwards = sample_rows(target, drafter, params, prompt, draws=6000, max_new=3, seed=11,
+                                       variant=variant, temperature=temp, top_k=top_k, top_p=top_p)
+        pvalues.append(chi_square_pvalue(joint_counts(tokens), exact))
+        accepted.append(np.mean(forwards == 1))  # one step committed t2 and t3: a draft was accepted
+    print(f"single-step {drafts} T={temp} top_k={top_k} top_p={top_p}: p-values "
+          + ", ".join(f"{name} {p:.3g}" for name, p in zip(VARIANTS, pvalues)))
     # H0 (lossless) holds, so a p-value below 1e-3 would happen 1 time in 1000: a real failure
-    assert _chi_square_pvalue(counts, exact) > 1e-3
-    # the test has power: the same samples clearly reject a nearby wrong distribution
-    wrong = _exact_pair_distribution(target, prompt, temp * 1.25, top_k, top_p)
-    assert _chi_square_pvalue(counts, wrong) < 1e-6
-    tv = 0.5 * np.abs(counts / draws - exact).sum()
-    assert tv < 0.06  # total variation, for reference: sampling noise alone is about 0.03 here
-    # drafts really were accepted: with a budget of 3 tokens the first step commits 2 tokens
-    # (tau 2) exactly when it accepted a draft; at least 600 of the 6000 samples exercise that
-    assert np.mean([r.stats.tau == 2 for r in res]) > 0.1
+    assert pvalues[0] > 1e-3
+    # power: the same draws through a wrong verifier are clearly rejected
+    assert pvalues[1] < 1e-6 and pvalues[2] < 1e-6
+    assert accepted[0] > 0.5  # drafts really were accepted, deeper nodes verified too
 
 
 def test_no_recompilation_once_warm(small_vocab_target):

@@ -122,6 +122,15 @@ def _parallel_sampling(tree: DraftTree, logp: jax.Array, u_accept, u_bonus, tabl
     return path, count, bonus.astype(jnp.int32)
 
 
+def _residual(resid: jax.Array, q: jax.Array) -> jax.Array:
+    """After a draft from q [V] is rejected under resid [V]: normalise(max(resid - q, 0)), what the
+    next sibling is tried against and the bonus is sampled from (resid itself if rounding left no
+    mass). The sampling tests' wrong verifiers replace this step."""
+    left = jnp.maximum(resid - q, 0.0)
+    total = left.sum()
+    return jnp.where(total > 0, left / jnp.maximum(total, 1e-30), resid)
+
+
 def _walk(p, q, tokens, table, u_accept, u_bonus):
     """One sequence: p [N, V] target probs per node; q [N, V] or None; table [N, C] children."""
     n, v = p.shape
@@ -141,9 +150,7 @@ def _walk(p, q, tokens, table, u_accept, u_bonus):
             x = tokens[j]
             qj = proposal(j)
             accept = u_accept[j] * qj[x] < resid[x]
-            left = jnp.maximum(resid - qj, 0.0)
-            total = left.sum()
-            resid = jnp.where(accept, resid, jnp.where(total > 0, left / jnp.maximum(total, 1e-30), resid))
+            resid = jnp.where(accept, resid, _residual(resid, qj))
             return r + 1, resid, accept, j
 
         _, resid, found, j = jax.lax.while_loop(cond, body, (0, p[cur], False, 0))
