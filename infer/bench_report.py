@@ -95,10 +95,9 @@ def notes(meta: dict) -> str:
              "rounds / target-only's, [min-max] of the per-round ratios."]
     cal = meta.get("calibration_prompts")
     if cal:
-        where = (f"the first {len(cal['ids'])} prompts of {cal['source']}" if cal["held_out"]
-                 else f"the first {len(cal['ids'])} prompts of --calibrate-from {cal['source']}")
-        lines.append(f"Calibration (':calibrate=true') decoded {where} (ids {', '.join(cal['ids'])}), "
-                     "excluded from measurement: none of them is a measured prompt.")
+        where = ("" if cal["held_out"] else "--calibrate-from ") + str(cal["source"])
+        lines.append(f"Calibration (':calibrate=true') decoded {len(cal['ids'])} prompts of {where} "
+                     f"(ids {', '.join(cal['ids'])}), excluded from measurement: none of them is measured.")
     return "\n".join(lines)
 
 
