@@ -13,7 +13,7 @@ import specblock_jax as sbj
 from specblock_jax.decoding import compilation_count
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.models.attention import attend, attend_prefix, length_buckets
-from conftest import peaked_tiny_target
+from helpers import peaked_tiny_target
 
 
 def test_length_buckets_grow_by_at_most_one_and_a_half_up_to_half_the_cache():

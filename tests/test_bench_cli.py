@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import export_random_eagle3
+from helpers import export_random_eagle3
 from specblock_jax.decoding.compiled import cached_count
 from specblock_jax_cli.infer import bench, bench_report
 from specblock_jax_cli.infer.auto_plot import plot_auto

@@ -20,7 +20,7 @@ from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from specblock_jax.training.trainer import train
-from conftest import peaked_tiny_target
+from helpers import peaked_tiny_target
 
 V = 8
 SIZES = (2, 3, 4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import jax
 import pytest
 
-from conftest import peaked_tiny_target
+from helpers import peaked_tiny_target
 from specblock_jax.decoding.calibrate import calibrate, check_grid, default_grid, settings, with_setting
 from specblock_jax.decoding.compiled import cached_count
 from specblock_jax.drafters.dflash_train import DFlashTask

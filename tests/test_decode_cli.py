@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import specblock_jax as sbj
-from conftest import export_random_eagle3
+from helpers import export_random_eagle3
 from specblock_jax.decoding import methods
 from specblock_jax_cli.infer import decode
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import specblock_jax as sbj
-from conftest import peaked_tiny_target, train_on_fixed_batch
+from helpers import peaked_tiny_target, train_on_fixed_batch
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.eagle3_train import Eagle3Task

@@ -16,7 +16,7 @@ import specblock_jax as sbj
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.eagle3_train import Eagle3Task
-from conftest import peaked_tiny_target
+from helpers import peaked_tiny_target
 
 V, KEEP = 32, 20
 

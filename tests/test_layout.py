@@ -120,7 +120,7 @@ register(DrafterKind("toy_bigram", load=load_toy))
 
 
 def test_a_new_drafter_kind_is_one_module_and_one_register_call(tmp_path, monkeypatch):
-    from conftest import peaked_tiny_target
+    from helpers import peaked_tiny_target
 
     (tmp_path / "toy_bigram_kind.py").write_text(textwrap.dedent(TOY_MODULE))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -149,7 +149,7 @@ def test_a_new_drafter_kind_is_one_module_and_one_register_call(tmp_path, monkey
 def test_a_drafter_that_breaks_the_tree_contract_gets_a_clear_error():
     import dataclasses
 
-    from conftest import peaked_tiny_target
+    from helpers import peaked_tiny_target
     from spec_drafters import RandomTreeDrafter
 
     @dataclasses.dataclass(frozen=True)

@@ -15,8 +15,8 @@ from specblock_jax.drafters import PromptLookup
 from specblock_jax.drafters.eagle3 import Eagle3Drafter
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.models.kv_cache import KVCache
-from tests.conftest import peaked_tiny_target
-from tests.spec_drafters import RandomTreeDrafter
+from helpers import peaked_tiny_target
+from spec_drafters import RandomTreeDrafter
 
 V = 48
 

@@ -14,7 +14,7 @@ from specblock_jax.adaptation.replay import buffer_spans, replay_tau
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.drafters.specblock_train import SpecBlockTask
-from conftest import peaked_tiny_target
+from helpers import peaked_tiny_target
 
 V = 32
 

@@ -17,7 +17,7 @@ from specblock_jax.drafters.specblock_train import SpecBlockTask, later_block_ma
 from specblock_jax.training.losses import draft_loss, rank_loss
 from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
-from conftest import peaked_tiny_target, train_on_fixed_batch
+from helpers import peaked_tiny_target, train_on_fixed_batch
 
 V = 32
 

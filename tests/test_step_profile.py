@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 import specblock_jax as sbj
-from conftest import peaked_tiny_target
+from helpers import peaked_tiny_target
 from specblock_jax.decoding import step_profile as sp
 from specblock_jax.decoding.compiled import cached_count, compilation_count
 from specblock_jax.decoding.job import cache_length
