@@ -127,7 +127,8 @@ def sample_rows(target, drafter, drafter_params, prompt, *, draws, max_new, seed
     """`draws` independent sampled continuations of `prompt`, one PRNG key per row from `seed`
     (the same draws for every variant): by the speculative loop verified by VARIANTS[variant], or
     target-only when drafter is None. Returns tokens [draws, max_new] and each row's decoding
-    forwards [draws]. One compile per (drafter, draws, max_new) serves every variant and setting."""
+    forwards [draws]. One compile per (drafter, draws, max_new, prompt length) serves every variant
+    and sampling setting."""
     nodes = 0 if drafter is None else drafter.num_nodes
     spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
                     cache_len=len(prompt) + max_new + nodes, max_new=max_new)
@@ -174,8 +175,8 @@ def joint_counts(tokens: np.ndarray) -> np.ndarray:
 
 
 def _pool(weight: np.ndarray, minimum: float) -> np.ndarray:
-    """Cell groups [C] bool of the cells pooled into one: every cell with weight below `minimum`,
-    plus the next smallest ones while the pool's weight is below it (all False when none is)."""
+    """weight [C] -> mask [C] of the cells pooled into one: every cell with weight below `minimum`,
+    plus the next lightest while the pool's weight is below it (all False when no cell is light)."""
     order = np.argsort(weight, kind="stable")
     pooled = np.zeros(weight.shape, bool)
     total = 0.0

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import specblock_jax as sbj
-from helpers_sampling import (VARIANTS, V, TableTreeDrafter, chi_square_pvalue, exact_joint, joint_counts, peaked_target,
-                              perturbed_bigram_logits, sample_rows, top_k_table)
+from helpers_sampling import (VARIANTS, V, TableTreeDrafter, chi_square_pvalue, exact_joint, joint_counts,
+                              peaked_target, perturbed_bigram_logits, sample_rows, top_k_table)
 from spec_drafters import RandomTreeDrafter
 from specblock_jax.decoding import compilation_count
 from specblock_jax.drafters import PromptLookup
@@ -79,8 +79,8 @@ def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
 SINGLE_STEP_TREE = TableTreeDrafter(parents=(-1, 0, 0, 0, 1, 1, 2, 4), ranks=(0, 0, 1, 2, 0, 1, 0, 0))
 
 
-@pytest.mark.parametrize("drafts,temp,top_k,top_p", [("deterministic", 1.0, 0, 1.0), ("stochastic", 1.0, 0, 1.0),
-                                                     ("stochastic", 0.8, 6, 0.9)])
+@pytest.mark.parametrize("drafts,temp,top_k,top_p", [("deterministic", 1.0, 0, 1.0),
+                                                     ("stochastic", 1.0, 0, 1.0), ("stochastic", 0.8, 6, 0.9)])
 def test_sampling_matches_the_target_distribution(small_vocab_target, drafts, temp, top_k, top_p):
     """6000 rows of 3 new tokens after the prompt: the prefill samples t1; the first speculative step
     commits t2 and t3 when it accepts a draft (else the next step commits t3). Their joint must
