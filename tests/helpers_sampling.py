@@ -25,11 +25,8 @@ import numpy as np
 from scipy import stats
 
 import specblock_jax as sbj
-from specblock_jax.decoding import SamplingParams, sampling_logprobs
-from specblock_jax.decoding.loop import LoopSpec
-from specblock_jax.decoding.prefill import LoopInputs
-from specblock_jax.trees import DraftTree
-from specblock_jax.trees import verify
+from specblock_jax.decoding import LoopInputs, LoopSpec, SamplingParams, sampling_logprobs
+from specblock_jax.trees import DraftTree, verify
 
 V = 8  # a tiny vocabulary: distributions can be enumerated
 VARIANTS = ("real", "resample from p", "unnormalised residual")
