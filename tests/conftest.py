@@ -71,6 +71,14 @@ def hf_dirs(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def small_vocab_target():
+    """The sampling tests' tiny peaked target over helpers_sampling.V tokens (clearly non-uniform)."""
+    from helpers_sampling import peaked_target
+
+    return peaked_target()
+
+
+@pytest.fixture(scope="session")
 def rng():
     return np.random.default_rng(0)
 

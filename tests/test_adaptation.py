@@ -22,7 +22,6 @@ from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.drafters.specblock_train import SpecBlockTask
 from helpers import peaked_tiny_target
-from test_speculative import small_vocab_target  # noqa: F401 (a fixture)
 
 V = 32
 

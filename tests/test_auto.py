@@ -11,7 +11,6 @@ import specblock_jax as sbj
 from specblock_jax.decoding import AutoServe
 from spec_drafters import RandomTreeDrafter, skewed_draft_params
 from helpers_sampling import V, chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
-from test_speculative import small_vocab_target  # noqa: F401 (a fixture)
 
 
 def _serve(auto, speed, chunks, regime="greedy", total=None):

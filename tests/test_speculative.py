@@ -8,15 +8,10 @@ import pytest
 
 import specblock_jax as sbj
 from helpers_sampling import (VARIANTS, V, TableTreeDrafter, chi_square_pvalue, exact_joint, joint_counts,
-                              peaked_target, perturbed_bigram_logits, sample_rows, top_k_table)
+                              perturbed_bigram_logits, sample_rows, top_k_table)
 from spec_drafters import RandomTreeDrafter
 from specblock_jax.decoding import compilation_count
 from specblock_jax.drafters import PromptLookup
-
-
-@pytest.fixture(scope="module")
-def small_vocab_target():
-    return peaked_target()  # over V tokens, clearly non-uniform
 
 
 def _prompts(n, vocab, seed=0, max_len=30):
