@@ -70,6 +70,15 @@ def hf_dirs(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def target(request):
+    """The module's tiny peaked target over its `V` tokens (helpers.peaked_tiny_target; one per
+    vocabulary and process, so modules with the same V share it and its compiled loops)."""
+    from helpers import peaked_tiny_target
+
+    return peaked_tiny_target(request.module.V)
+
+
 @pytest.fixture(scope="session")
 def small_vocab_target():
     """The sampling tests' tiny peaked target over helpers_sampling.V tokens (clearly non-uniform)."""

@@ -3,9 +3,12 @@ another test file)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 
+@functools.cache
 def peaked_tiny_target(vocab_size: int, seed: int = 7):
     """A random 4-layer tiny target without stop tokens whose LM head is scaled x15, so that its
     next-token distribution is far from uniform (drafters then have something to agree with)."""

@@ -21,14 +21,8 @@ from specblock_jax.drafters.blockpilot import BlockPilotDrafter, PolicyConfig, i
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.drafters.specblock_train import SpecBlockTask
-from helpers import peaked_tiny_target
 
 V = 32
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

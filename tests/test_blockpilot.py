@@ -20,15 +20,9 @@ from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from specblock_jax.training.trainer import train
-from helpers import peaked_tiny_target
 
 V = 8
 SIZES = (2, 3, 4)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

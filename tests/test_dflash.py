@@ -15,14 +15,9 @@ from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.dflash_train import DFlashTask, training_mask
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
-from helpers import peaked_tiny_target, train_on_fixed_batch
+from helpers import train_on_fixed_batch
 
 V = 8
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

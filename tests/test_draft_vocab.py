@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import specblock_jax as sbj
-from helpers import peaked_tiny_target, train_on_fixed_batch
+from helpers import train_on_fixed_batch
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.eagle3_train import Eagle3Task
@@ -48,11 +48,6 @@ def test_map_round_trip_order_and_checks(tmp_path):
         draft_vocab.validate(stale, V, 6, "x")
     with pytest.raises(ValueError, match="no draft_vocab.safetensors"):
         draft_vocab.load(tmp_path / "nowhere", V, 6)
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_tiny_target(V)
 
 
 def _vocab_file(target, tmp_path, size=K) -> str:

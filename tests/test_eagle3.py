@@ -20,7 +20,7 @@ from specblock_jax.training.losses import shift
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from specblock_jax.drafters.base import Prefill
 from specblock_jax.trees.topk_tree import build_topk_tree
-from helpers import peaked_tiny_target, train_on_fixed_batch
+from helpers import train_on_fixed_batch
 
 V = 8
 
@@ -81,11 +81,6 @@ def test_topk_tree_matches_reference(k, depth, n):
 
 
 # ------------------------------------------------------------------ drafter on a tiny target
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_tiny_target(V)
-
 
 @pytest.fixture(scope="module")
 def task(target):

@@ -16,14 +16,8 @@ import specblock_jax as sbj
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.dflash_train import DFlashTask
 from specblock_jax.drafters.eagle3_train import Eagle3Task
-from helpers import peaked_tiny_target
 
 V, KEEP = 32, 20
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

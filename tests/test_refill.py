@@ -15,15 +15,9 @@ from specblock_jax.drafters import PromptLookup
 from specblock_jax.drafters.eagle3 import Eagle3Drafter
 from specblock_jax.drafters.eagle3_train import Eagle3Task
 from specblock_jax.models.kv_cache import KVCache
-from helpers import peaked_tiny_target
 from spec_drafters import RandomTreeDrafter
 
 V = 48
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from specblock_jax.drafters.specblock_train import SpecBlockTask, later_block_ma
 from specblock_jax.training.losses import draft_loss, rank_loss
 from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
-from helpers import peaked_tiny_target, train_on_fixed_batch
+from helpers import train_on_fixed_batch
 
 V = 32
 
@@ -167,11 +167,6 @@ def test_tree_settings_are_checked_and_old_folders_convert():
 
 
 # ------------------------------------------------------------------ drafter on a tiny target
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ import jax.numpy as jnp
 import pytest
 
 import specblock_jax as sbj
-from helpers import peaked_tiny_target
 from specblock_jax.decoding import step_profile as sp
 from specblock_jax.decoding.compiled import cached_count, compilation_count
 from specblock_jax.decoding.job import cache_length
@@ -19,11 +18,6 @@ from specblock_jax_cli.infer import bench
 
 V = 8
 PHASE_KEYS = {f"{ph}_ms" for ph in sp.PHASES}
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_tiny_target(V)
 
 
 @pytest.fixture(scope="module")
