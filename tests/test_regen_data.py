@@ -19,15 +19,6 @@ from specblock_jax_cli.train import regenerate
 MAX_NEW = 8
 
 
-@pytest.fixture(scope="module")
-def tiny_ckpt(tmp_path_factory):
-    tok = sbj.models.load_tokenizer("assets/tokenizer")
-    cfg = sbj.models.config.tiny(vocab_size=len(tok), bos_token_id=0, eos_token_ids=(1,))
-    path = tmp_path_factory.mktemp("target")
-    sbj.save_target(sbj.init_target(cfg, seed=3, tokenizer=tok), path)
-    return path
-
-
 def _lines(path):
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines()]
 

@@ -86,14 +86,7 @@ def load_drafter_config(path: str | Path, overrides: Sequence[str] = (),
     if not isinstance(loaded, dict):
         raise ValueError(f"{path}: expected a mapping of settings")
     cfg = {**CLI_DEFAULTS, **TRAINER_DEFAULTS, **(defaults or {}), **loaded}
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep:
-            raise ValueError(f"override {item!r} is not key=value")
-        if key not in cfg:
-            raise ValueError(f"override {item!r}: unknown key {key!r} (known: {sorted(cfg)})")
-        cfg[key] = train_target.parse_override(key, text, cfg[key])
-    return cfg
+    return train_target.apply_overrides(cfg, overrides)
 
 
 def resolve_paths(cfg: dict[str, Any], kind: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
@@ -51,6 +51,12 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
     cfg = yaml.safe_load(Path(path).read_text())
     if not isinstance(cfg, dict):
         raise ValueError(f"{path}: expected a mapping of settings")
+    return apply_overrides(cfg, overrides)
+
+
+def apply_overrides(cfg: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """`cfg` with each `key=value` of `overrides` applied, typed like the value it replaces (an
+    unknown key or a malformed item is refused)."""
     for item in overrides:
         key, sep, text = item.partition("=")
         if not sep:
