@@ -103,7 +103,8 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
         graphdef, pparams = init_policy(policy, seed=3)
         pparams = {**jax.tree.map(lambda x: x * 8.0, pparams), "std": jnp.ones_like(pparams["std"])}
         dflash = task.decoding_drafter(task.init_params(jax.random.key(2)))
-        drafter = (BlockPilotDrafter(dflash[0], policy, graphdef), {"dflash": dflash[1], "policy": pparams})
+        drafter = sbj.LoadedDrafter(BlockPilotDrafter(dflash.drafter, policy, graphdef),
+                                    {"dflash": dflash.params, "policy": pparams})
     else:
         task = (SpecBlockTask({"num_nodes": 10, "num_blocks": 2}, target) if kind == "specblock" else
                 DFlashTask({"num_layers": 1, "block_size": 4, "num_anchors": 3, "mask_token_id": 3}, target))
