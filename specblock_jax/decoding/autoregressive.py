@@ -1,9 +1,10 @@
 """Target-only decoding: one token per target forward, the whole batch in one `lax.while_loop`.
-Its stages are `LoopSpec.start`, `run` and `output` (decoding/loop.py) with no drafter."""
+Its stages are `LoopSpec.start`, `run` and `output` (decoding/loop.py) with no drafter; `spec`
+below is that LoopSpec (it imports this module, so this one takes it untyped)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,9 +13,6 @@ from specblock_jax.decoding.prefill import LoopInputs, LoopOutput, prefill, step
 from specblock_jax.decoding.sampling import SamplingParams, sample
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
-
-if TYPE_CHECKING:
-    from specblock_jax.decoding.loop import LoopSpec
 
 
 class ARState(NamedTuple):
@@ -31,7 +29,7 @@ class ARState(NamedTuple):
     keys: jax.Array  # [B] PRNG keys, one per request
 
 
-def ar_step(spec: LoopSpec, params, s: ARState, stop_ids) -> ARState:
+def ar_step(spec, params, s: ARState, stop_ids) -> ARState:
     """One decoding step (also timed alone by the step profile): a one-token forward of `s.last`,
     committed where the row still runs, the next token sampled with the row's step key and
     written; rows that hit a stop token or their budget are done."""
@@ -49,7 +47,7 @@ def ar_step(spec: LoopSpec, params, s: ARState, stop_ids) -> ARState:
                       stopped=s.stopped | hit, cache=cache)
 
 
-def ar_start(spec: LoopSpec, params, inputs: LoopInputs) -> ARState:
+def ar_start(spec, params, inputs: LoopInputs) -> ARState:
     """The prefill: an `ARState` for the rows of inputs.tokens [B, P] (cache_len >= P + max_new)."""
     pre = prefill(spec.graphdef, spec.cfg, params, inputs, spec.cache_len, spec.max_new)
     one = jnp.ones((inputs.tokens.shape[0],), jnp.int32)
@@ -57,7 +55,7 @@ def ar_start(spec: LoopSpec, params, inputs: LoopInputs) -> ARState:
                    inputs.keys)
 
 
-def ar_run(spec: LoopSpec, params, state: ARState, stop_ids, wake) -> ARState:
+def ar_run(spec, params, state: ARState, stop_ids, wake) -> ARState:
     """Decoding steps until every row is done, or, when wake ([] int32) > 0, until at least `wake`
     rows are."""
     def cond(s: ARState):

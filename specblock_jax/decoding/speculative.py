@@ -1,5 +1,6 @@
 """The speculative decoding loop: draft, verify, accept, commit, all inside one `lax.while_loop`.
-Its stages are `LoopSpec.start`, `run` and `output` (decoding/loop.py) with a drafter.
+Its stages are `LoopSpec.start`, `run` and `output` (decoding/loop.py) with a drafter; `spec` below
+is that LoopSpec (it imports this module, so this one takes it untyped).
 
 Invariant between steps: the KV cache holds every committed token except the last one (the
 root), whose K/V the next tree forward computes as node 0. Each step:
@@ -17,7 +18,7 @@ forward's accepted path: free training labels for serving-time adaptation (no ex
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,9 +30,6 @@ from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
 from specblock_jax.trees.tree import DraftTree, ancestor_mask, check_tree, depths
 from specblock_jax.trees.verify import VerifyResult, verify_greedy, verify_sampling
-
-if TYPE_CHECKING:
-    from specblock_jax.decoding.loop import LoopSpec
 
 
 class SpecState(NamedTuple):
@@ -62,7 +60,7 @@ def write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:
     return jax.vmap(write)(buf, rows, starts)
 
 
-def tree_forward(spec: LoopSpec, params, tree: DraftTree, root, cache: KVCache):
+def tree_forward(spec, params, tree: DraftTree, root, cache: KVCache):
     """Step 2: the target forward over the tree with `root` [B] written into node 0, hidden states
     at the drafter's layers. Returns (tree with the root, its ancestor mask [B, N, N] (built once;
     the verifier reuses it), the forward's ForwardOutput)."""
@@ -86,7 +84,7 @@ class Committed(NamedTuple):
     stopped: jax.Array
 
 
-def verify_commit(spec: LoopSpec, s: SpecState, tree: DraftTree, anc, logits, cache: KVCache, stop_ids,
+def verify_commit(spec, s: SpecState, tree: DraftTree, anc, logits, cache: KVCache, stop_ids,
                   key) -> Committed:
     """Steps 3-4 for the rows of state `s`: verification of the tree (with its ancestor mask
     [B, N, N] and the target's logits [B, N, V]; greedy, or rejection sampling with the step's
@@ -116,7 +114,7 @@ def verify_commit(spec: LoopSpec, s: SpecState, tree: DraftTree, anc, logits, ca
                      hist_len, generated, s.done | hit | (generated >= s.budgets), s.stopped | hit)
 
 
-def spec_start(spec: LoopSpec, params, drafter_params, inputs: LoopInputs) -> SpecState:
+def spec_start(spec, params, drafter_params, inputs: LoopInputs) -> SpecState:
     """The prefill and the drafter's first state: a `SpecState` for the rows of inputs.tokens
     [B, P], with a history spec.hist_size wide (0: P + max_new + N)."""
     tokens, lengths = inputs.tokens, inputs.lengths
@@ -138,7 +136,7 @@ def spec_start(spec: LoopSpec, params, drafter_params, inputs: LoopInputs) -> Sp
                      dstate, jnp.zeros((b,), jnp.int32), feats, inputs.budgets, inputs.sampling, inputs.keys)
 
 
-def spec_step(spec: LoopSpec, params, drafter_params, s: SpecState, stop_ids) -> SpecState:
+def spec_step(spec, params, drafter_params, s: SpecState, stop_ids) -> SpecState:
     """One decoding step: propose, the tree forward, verify and commit, update."""
     drafter = spec.drafter
     active = ~s.done
@@ -160,7 +158,7 @@ def spec_step(spec: LoopSpec, params, drafter_params, s: SpecState, stop_ids) ->
                       hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, features=feats)
 
 
-def spec_run(spec: LoopSpec, params, drafter_params, state: SpecState, stop_ids, wake) -> SpecState:
+def spec_run(spec, params, drafter_params, state: SpecState, stop_ids, wake) -> SpecState:
     """Decoding steps until every row is done, or, when wake ([] int32) > 0, until at least `wake`
     rows are (continuous batching: requests wait for free rows)."""
     def cond(s: SpecState):
