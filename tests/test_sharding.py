@@ -158,6 +158,12 @@ def run_checks(mode: str, tmp_path) -> dict:
     return json.loads(out.read_text())
 
 
+def result(checks: dict, mode: str) -> dict:
+    res = checks[mode]
+    assert "error" not in res, res["error"]
+    return res
+
+
 def test_sharded_training_matches_one_device(tmp_path):
     res = result(run_checks("train", tmp_path), "train")
     assert set(res["meshes"]) == {"8x1", "4x2", "2x4"}
