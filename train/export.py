@@ -3,12 +3,13 @@
     specblock-export DRAFTER_DIR OUT_DIR --format speculators [--target assets/target]
         [--dtype bfloat16] [--verifier Qwen/Qwen3-8B]
 
-DRAFTER_DIR may be any folder `sbj.load_drafter` reads: ours (any kind) or an engine layout
-(EAGLE-3 / SGLang, speculators / vLLM, DFlash), so the same command imports a public drafter into
-ours (`--format specblock`) and exports ours for serving. The target is loaded to check the
-drafter against it (vocabulary, widths, auxiliary layers, RoPE, positions) and to write the
-position limit engines check. Formats: specblock (every kind), eagle3 and speculators (EAGLE-3),
-dflash (DFlash). SpecBlock and BlockPilot have no engine layout (docs/serving_engines.md).
+DRAFTER_DIR may be any folder `sbj.load_drafter` reads: ours (any kind), an engine layout
+(EAGLE-3 / SGLang, speculators / vLLM, DFlash) or SpecBlock's release, so the same command imports
+a public drafter into ours (`--format specblock`) and exports ours for serving. The target is
+loaded to check the drafter against it (vocabulary, widths, auxiliary layers, RoPE, positions) and
+to write the position limit engines check. Formats: specblock (every kind), eagle3 and speculators
+(EAGLE-3), dflash (DFlash), specblock_hf (SpecBlock's released layout). BlockPilot's released
+policy converts with `specblock-convert blockpilot` (docs/released_drafters.md).
 """
 
 from __future__ import annotations

@@ -3,11 +3,14 @@
 Features of the target's next-token distribution after the prompt (`Prefill.logits` [B, V], taken
 at temperature 1):
     "topk": its k largest probabilities, sorted, and its entropy (k + 1 numbers)
-    "full": the whole probability vector (V numbers; BlockPilot's own choice)
+    "full": the whole probability vector (V numbers)
+    "logits": the raw logits (V numbers; what BlockPilot's released policy reads)
 standardised with the training set's mean and std (stored with the policy). The policy is an MLP
 Linear(F -> W) -> ReLU -> [Linear(W -> W) + residual -> ReLU] -> Linear(W -> C) over the C
 candidate sizes (`sizes`, e.g. 14..18), trained with cross-entropy on oracle labels
-(`blockpilot_train.BlockPilotTask`, which registers the kind).
+(`blockpilot_train.BlockPilotTask`, which registers the kind). With `residual` "post_relu" the
+middle block is [ReLU(Linear(W -> W)) + residual], as in BlockPilot's released MLP
+(drafters/blockpilot_released.py).
 
 `BlockPilotDrafter` wraps a `DFlashDrafter` whose static block size is max(sizes). Served by
 `sbj.generate` (one device, no adapter, `masked` False), it is a routing drafter (decoding/routed.py): each request
@@ -41,16 +44,23 @@ from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.drafters.dflash import DFlashDrafter
 from specblock_jax.drafters.io import fill_params, flatten_params, load_drafter
 
-FEATURE_KINDS = ("topk", "full")
+FEATURE_KINDS = ("topk", "full", "logits")
+RESIDUALS = ("pre_relu", "post_relu")
 
 
 @dataclasses.dataclass(frozen=True)
 class PolicyConfig:
     sizes: tuple[int, ...]  # candidate block sizes, class i -> sizes[i]
-    features: str = "topk"  # "topk" | "full"
+    features: str = "topk"  # "topk" | "full" | "logits"
     top_k: int = 32
     vocab_size: int = 0
     width: int = 256
+    residual: str = "pre_relu"  # "pre_relu": relu(h + mid(h)) | "post_relu": relu(mid(h)) + h
+
+    def __post_init__(self):
+        if self.features not in FEATURE_KINDS or self.residual not in RESIDUALS:
+            raise ValueError(f"policy features {self.features!r} / residual {self.residual!r}: "
+                             f"choose from {FEATURE_KINDS} / {RESIDUALS}")
 
     @property
     def in_dim(self) -> int:
@@ -61,6 +71,8 @@ def features(logits: jax.Array, kind: str, top_k: int = 32) -> jax.Array:
     """[B, V] next-token logits -> [B, F] fp32 features (module docstring)."""
     if kind not in FEATURE_KINDS:
         raise ValueError(f"features must be one of {FEATURE_KINDS}, got {kind!r}")
+    if kind == "logits":
+        return logits.astype(jnp.float32)
     logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     p = jnp.exp(logp)
     if kind == "full":
@@ -71,6 +83,7 @@ def features(logits: jax.Array, kind: str, top_k: int = 32) -> jax.Array:
 
 class PolicyMLP(nnx.Module):
     def __init__(self, c: PolicyConfig, rngs: nnx.Rngs):
+        self.post_relu = c.residual == "post_relu"
         self.mean = nnx.Param(jnp.zeros((c.in_dim,)))
         self.std = nnx.Param(jnp.ones((c.in_dim,)))
         self.inp = nnx.Linear(c.in_dim, c.width, rngs=rngs)
@@ -87,7 +100,10 @@ class PolicyMLP(nnx.Module):
         keys = jax.random.split(key, 2) if dropout else (None, None)
         h = (x - self.mean[...]) / self.std[...]
         h = drop(jax.nn.relu(self.inp(h)), keys[0])
-        h = drop(jax.nn.relu(h + self.mid(h)), keys[1])
+        if self.post_relu:
+            h = drop(jax.nn.relu(self.mid(h)), keys[1]) + h
+        else:
+            h = drop(jax.nn.relu(h + self.mid(h)), keys[1])
         return self.out(h)
 
 
@@ -167,7 +183,7 @@ def load_blockpilot(path, meta, target, dtype, decoding):
     raw = dict(meta["policy"])
     raw["sizes"] = tuple(raw["sizes"])
     policy = PolicyConfig(**raw)
-    if policy.features == "full" and policy.vocab_size != target.config.vocab_size:
+    if policy.features in ("full", "logits") and policy.vocab_size != target.config.vocab_size:
         raise ValueError(f"{path}: policy trained for vocab {policy.vocab_size}, the target has "
                          f"{target.config.vocab_size}")
     decoding = dict(decoding)

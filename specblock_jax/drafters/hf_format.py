@@ -1,7 +1,8 @@
 """Drafter folders in the layouts serving engines load: EAGLE-3 (SafeAILab/EAGLE and SGLang),
-`speculators` EAGLE-3 (vLLM), and DFlash (z-lab/dflash's release).
+`speculators` EAGLE-3 (vLLM), and DFlash (z-lab/dflash's release); SpecBlock's released layout
+lives in drafters/specblock_released.py ("specblock_hf") and is dispatched from here.
 
-    sbj.save_drafter(drafter, params, "out", format="speculators")   # or "eagle3", "dflash"
+    sbj.save_drafter(drafter, params, "out", format="speculators")   # or "eagle3", "dflash", "specblock_hf"
     drafter, params = sbj.load_drafter("out", target)                # any of them, or ours
 
 Layouts (HF Linear weights are [out, in]; ours are [in, ...]):
@@ -26,7 +27,7 @@ Every field an engine would trip on (vocabulary, widths, auxiliary layers, RoPE,
 residual/norm variants we do not implement, a stored embedding that is not the target's, the chat
 format) is checked at import with an error naming the field. Our own settings (kind, decoding
 settings, chat format) travel in the config's "specblock" entry, which the engines ignore.
-SpecBlock and BlockPilot have no engine layout: they save in ours only.
+BlockPilot's released policy converts with `specblock-convert blockpilot` (drafters/blockpilot_released.py).
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ import numpy as np
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from specblock_jax.drafters import draft_vocab
+from specblock_jax.drafters import draft_vocab, specblock_released
 from specblock_jax.models.config import RopeConfig
 from specblock_jax.models.hf_io import HFWeight
 
-FORMATS = ("specblock", "eagle3", "speculators", "dflash")
+FORMATS = ("specblock", "eagle3", "speculators", "dflash", specblock_released.FORMAT)
 EAGLE3_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 SPECULATORS_ARCHS = ("Eagle3Speculator", "Eagle3DraftModel")
 DFLASH_ARCHS = ("DFlashDraftModel",)
@@ -159,9 +160,12 @@ def export(drafter, flat: dict, vocab, path: str | Path, fmt: str, dtype: str = 
     EAGLE-3's d2t/t2d pair assumes (the head's rows follow). max_positions: the target's position
     limit (engines check it); verifier, verifier_architectures: the target's name and HF
     architectures (speculators); chat: the chat format trained on (`ChatFormat.record`)."""
+    if fmt == specblock_released.FORMAT:
+        return specblock_released.export(drafter, flat, vocab, path, dtype, max_positions, chat)
     if fmt == "dflash" and drafter.kind != "dflash" or fmt in ("eagle3", "speculators") and drafter.kind != "eagle3":
         raise ValueError(f"format {fmt!r} holds {'dflash' if fmt == 'dflash' else 'eagle3'} drafters, "
-                         f"not {drafter.kind!r} (SpecBlock and BlockPilot save in format 'specblock')")
+                         f"not {drafter.kind!r} (SpecBlock saves in 'specblock_hf' or 'specblock', "
+                         "BlockPilot in 'specblock')")
     c = drafter.config
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -188,7 +192,9 @@ def export(drafter, flat: dict, vocab, path: str | Path, fmt: str, dtype: str = 
 
 
 def detect(hf: dict) -> str | None:
-    """The layout of a config.json ("eagle3", "speculators", "dflash"), or None."""
+    """The layout of a config.json ("eagle3", "speculators", "dflash", "specblock_hf"), or None."""
+    if specblock_released.is_released(hf):
+        return specblock_released.FORMAT
     archs = set(hf.get("architectures") or [])
     if hf.get("speculators_model_type") == "eagle3" or archs & set(SPECULATORS_ARCHS):
         return "speculators"
@@ -248,6 +254,8 @@ def import_meta(path: Path, hf: dict, target) -> dict[str, Any]:
     if fmt is None:
         raise ValueError(f"{path}: config.json has no 'kind' and its architectures "
                          f"{hf.get('architectures')} are not a drafter layout we read ({FORMATS[1:]})")
+    if fmt == specblock_released.FORMAT:
+        return specblock_released.import_meta(path, hf, target)
     tc = target.config
     layer = hf.get("transformer_layer_config", hf) if fmt == "speculators" else hf
     _check_widths(path, layer, tc)
@@ -299,6 +307,8 @@ def import_meta(path: Path, hf: dict, target) -> dict[str, Any]:
 
 def read_weights(path: Path, meta: dict, config, target) -> tuple[dict[str, np.ndarray], Any]:
     """(our flat params, DraftVocab or None) of an engine-layout folder's model.safetensors."""
+    if meta["hf_format"] == specblock_released.FORMAT:
+        return specblock_released.read_weights(path, meta, config, target)
     file = path / "model.safetensors"
     if not file.exists():
         raise ValueError(f"{path}: no model.safetensors (convert pytorch_model.bin with "

@@ -51,6 +51,12 @@ class SpecBlockConfig(TargetWidths):
     block_size: int = 4  # K slots per block
     layer_shift: bool = True
     rank_hidden: int = 256
+    rank_top1: str = "vocab"  # the rank feature "top-1 probability" over the "vocab" or the "top20"
+    #                           logits (the public code's, drafters/specblock_released.py)
+
+    def __post_init__(self):
+        if self.rank_top1 not in ("vocab", "top20"):
+            raise ValueError(f"rank_top1 must be 'vocab' or 'top20', got {self.rank_top1!r}")
 
     def layer_config(self) -> ModelConfig:
         return ModelConfig("llama", self.vocab_size, self.hidden_size, self.intermediate_size,
@@ -81,8 +87,9 @@ def top_logits(logits: jax.Array, r: int = RANK_TOP) -> tuple[jax.Array, jax.Arr
 
 def rank_features(top: jax.Array, lse: jax.Array) -> jax.Array:
     """top [..., R] logits, best first (R >= 20, or the whole vocabulary), lse [..., 1] their
-    logsumexp over the vocabulary -> [..., 15]: top-10 log-probs normalised over the top 20, the
-    gaps logit1-logit2, logit1-logit3, logit1-logit5, the top-1 probability, the top-20 entropy."""
+    logsumexp over the vocabulary (or over the top 20: `SpecBlockConfig.rank_top1`) -> [..., 15]:
+    top-10 log-probs normalised over the top 20, the gaps logit1-logit2, logit1-logit3,
+    logit1-logit5, the top-1 probability (over what `lse` sums), the top-20 entropy."""
     top = top[..., :RANK_TOP]
     if top.shape[-1] < RANK_TOP:  # tiny vocabularies: pad with far less likely tokens
         pad = top.shape[:-1] + (RANK_TOP - top.shape[-1],)
@@ -152,6 +159,8 @@ class SpecBlockModel(nnx.Module):
         """hidden [..., H] and logits [..., V] (or their `top_logits` (top, ids, lse)) -> [..., 4];
         no gradient reaches the drafter."""
         top, _, lse = top_logits(logits) if top is None else top
+        if self.c.rank_top1 == "top20":
+            lse = jax.nn.logsumexp(top[..., :RANK_TOP], axis=-1, keepdims=True)
         x = jnp.concatenate([jax.lax.stop_gradient(self.norm(hidden)).astype(jnp.float32),
                              jax.lax.stop_gradient(rank_features(top, lse))], axis=-1)
         x = jax.nn.silu(x.astype(self.rank_in.dtype) @ self.rank_in[...] + self.rank_in_bias[...])
