@@ -100,7 +100,8 @@ class ModelConfig:
     attention: str = "bucketed"
     # engine setting, never in config.json: layers the `lax.scan` over layers runs per iteration
     # (models/transformer.py; 1 = a rolled loop, compile time flat in depth; num_layers = fully
-    # unrolled). Applies to cacheless forwards (training); the decode loops always roll.
+    # unrolled). The target trainer unrolls its cacheless forward; decoding keeps 1 (specblock_jax/aot
+    # compiles 1, 2 and L to price the layer loop, whose body XLA's cost analysis counts once).
     scan_unroll: int = 1
 
     def __post_init__(self):

@@ -88,7 +88,7 @@ class Transformer(nnx.Module):
         kv = None if cache is None else (cache.k, cache.v)
         kept = jnp.zeros((len(taps),) + x.shape, x.dtype) if taps else None
         index = jnp.arange(cfg.num_layers, dtype=jnp.int32)
-        unroll = 1 if cache is not None else min(cfg.scan_unroll, cfg.num_layers)
+        unroll = min(cfg.scan_unroll, cfg.num_layers)
         (x, kv, kept), _ = jax.lax.scan(body, (x, kv, kept), (layer_params, index), unroll=unroll)
         x = self.norm(x)
         hidden = {i: kept[j] for j, i in enumerate(taps)}  # HF hidden_states index -> [B, T, H]

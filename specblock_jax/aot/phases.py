@@ -1,0 +1,93 @@
+"""The decode step's phases as pure functions of (static settings, abstract arguments), each the
+library's own code: `LoopSpec.start` (prefill), `ar_step` (target_step), `drafter.propose`,
+`tree_forward`, `verify_commit`, `drafter.update` and `spec_step` (decoding/speculative.py), as
+decoding/step_profile.py times them on a CPU. Every function takes `(spec, plan, ...)` static and
+runs under the plan (`parallel.use_plan`), as `run_sharded` runs the loop. A step is priced, never
+the whole `while_loop` (its trip count is data-dependent).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from specblock_jax.decoding.autoregressive import ARState, ar_step
+from specblock_jax.decoding.prefill import LoopInputs, step_keys
+from specblock_jax.decoding.sampling import SamplingParams
+from specblock_jax.decoding.speculative import SpecState, spec_step, tree_forward, verify_commit
+from specblock_jax.drafters.base import DraftContext
+from specblock_jax.parallel.activation import use_plan
+from specblock_jax.parallel.mesh import ShardingPlan
+
+PHASES = ("prefill", "target_step", "propose", "tree_forward", "verify_commit", "update", "spec_step",
+          "train_step")
+LAYER_PHASES = ("prefill", "target_step", "tree_forward", "spec_step", "train_step")  # run the target's layers
+STOP_IDS = 8  # stop-token slots of LoopInputs.stop_ids
+
+
+def context(s: SpecState) -> DraftContext:
+    return DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
+
+
+def ar_state(s: SpecState, max_new: int) -> ARState:
+    """The target-only loop's state at the speculative state's point (target_step at that cache)."""
+    out = jnp.full((s.out.shape[0], max_new), -1, jnp.int32)
+    return ARState(s.step, s.root, s.generated, out, s.done, s.stopped, s.cache, s.budgets, s.sampling, s.keys)
+
+
+def prefill(spec, plan, params, dparams, inputs: LoopInputs):
+    """The loop's start: the prompt forward (+ the drafter's first state). inputs.keys are raw
+    key data [B, 2] (as `run_sharded` takes them)."""
+    with use_plan(plan):
+        return spec.start(params, dparams, inputs._replace(keys=jax.random.wrap_key_data(inputs.keys)))
+
+
+def target_step(spec, plan, params, state: ARState, stop_ids):
+    with use_plan(plan):
+        return ar_step(spec, params, state, stop_ids)
+
+
+def propose(spec, plan, dparams, dstate, ctx: DraftContext, keys, step):
+    with use_plan(plan):
+        tree, dstate = spec.drafter.propose(dparams, dstate, ctx, step_keys(step_keys(keys, step), 1))
+        if spec.greedy:  # as the loop: greedy verification never reads q
+            tree = tree._replace(draft_probs=None)
+        return tree, dstate
+
+
+def tree_forward_phase(spec, plan, params, tree, root, cache):
+    with use_plan(plan):
+        return tree_forward(spec, params, tree, root, cache)
+
+
+def verify_phase(spec, plan, s: SpecState, tree, anc, logits, cache, stop_ids):
+    """`verify_commit` on a state without its pre-forward cache and drafter state."""
+    with use_plan(plan):
+        return verify_commit(spec, s, tree, anc, logits, cache, stop_ids, step_keys(s.keys, s.step))
+
+
+def update(spec, plan, dparams, dstate, ctx, result, hidden):
+    with use_plan(plan):
+        return spec.drafter.update(dparams, dstate, ctx, result, hidden)
+
+
+def spec_step_phase(spec, plan, params, dparams, s: SpecState, stop_ids):
+    with use_plan(plan):
+        return spec_step(spec, params, dparams, s, stop_ids)
+
+
+def abstract_inputs(plan: ShardingPlan, batch: int, prompt: int) -> LoopInputs:
+    """LoopInputs of ShapeDtypeStructs: rows split over "data" (when they divide), stop ids
+    replicated, keys as raw key data [B, 2]."""
+    def rows(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=plan.batch_sharding(len(shape), batch))
+
+    sampling = SamplingParams(rows((batch,), jnp.float32), rows((batch,), jnp.int32), rows((batch,), jnp.float32))
+    return LoopInputs(rows((batch, prompt), jnp.int32), rows((batch,), jnp.int32), rows((batch,), jnp.int32),
+                      sampling, jax.ShapeDtypeStruct((STOP_IDS,), jnp.int32, sharding=plan.replicated()),
+                      rows((batch, 2), jnp.uint32))
+
+
+def with_shardings(tree, shardings):
+    """ShapeDtypeStructs of `tree`'s leaves (arrays or structs) laid out by `shardings`."""
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
