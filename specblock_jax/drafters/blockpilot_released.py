@@ -57,9 +57,10 @@ def policy_from_state(state: dict[str, np.ndarray], vocab_size: int, first_size:
     policy = PolicyConfig(sizes=tuple(range(first_size, first_size + wo.shape[0])), features="logits",
                           vocab_size=vocab_size, width=width, residual="post_relu")
     f32 = lambda x: np.asarray(x, np.float32)  # noqa: E731
+    t = lambda x: np.ascontiguousarray(f32(x).T)  # noqa: E731 (safetensors writes the raw buffer)
     params = {"mean": np.zeros((in_dim,), np.float32), "std": np.ones((in_dim,), np.float32),
-              "inp": {"kernel": f32(w0).T, "bias": f32(b0)}, "mid": {"kernel": f32(w1).T, "bias": f32(b1)},
-              "out": {"kernel": f32(wo).T, "bias": f32(bo)}}
+              "inp": {"kernel": t(w0), "bias": f32(b0)}, "mid": {"kernel": t(w1), "bias": f32(b1)},
+              "out": {"kernel": t(wo), "bias": f32(bo)}}
     return policy, params
 
 
@@ -79,6 +80,7 @@ def state_from_policy(policy: PolicyConfig, params: dict) -> dict[str, np.ndarra
     if why:
         raise ValueError("BlockPilot's model.pt cannot hold this policy: " + "; ".join(why))
     a = lambda x: np.asarray(x, np.float32)  # noqa: E731
-    return {"layers.0.weight": a(params["inp"]["kernel"]).T, "layers.0.bias": a(params["inp"]["bias"]),
-            "layers.1.weight": a(params["mid"]["kernel"]).T, "layers.1.bias": a(params["mid"]["bias"]),
-            "fc_out.weight": a(params["out"]["kernel"]).T, "fc_out.bias": a(params["out"]["bias"])}
+    t = lambda x: np.ascontiguousarray(a(x).T)  # noqa: E731
+    return {"layers.0.weight": t(params["inp"]["kernel"]), "layers.0.bias": a(params["inp"]["bias"]),
+            "layers.1.weight": t(params["mid"]["kernel"]), "layers.1.bias": a(params["mid"]["bias"]),
+            "fc_out.weight": t(params["out"]["kernel"]), "fc_out.bias": a(params["out"]["bias"])}
