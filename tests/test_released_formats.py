@@ -19,7 +19,7 @@ from specblock_jax.drafters.specblock import block_mask
 torch = pytest.importorskip("torch")
 import released_reference as ref  # noqa: E402 (torch first)
 
-V, KEEP, K = 48, 24, 4
+V, KEEP, K = 32, 24, 4  # V, prompts, max_new_tokens as test_hf_format: one target-only compile
 AUX = [0, 1, 2]  # decoder-layer outputs (their eagle_config) = HF hidden states 1, 2, 3
 
 
@@ -78,8 +78,8 @@ def test_released_specblock_matches_the_reference_forward(target, tmp_path, draf
     # head rows in their (target-id sorted) draft order; d2t maps them back
     assert np.array_equal(np.asarray(loaded.params["d2t"]), np.sort(_draft_ids()))
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
-    ar = sbj.generate(target, prompts, max_new_tokens=10, batch_size=2)
-    spec = sbj.generate(target, prompts, drafter=loaded, max_new_tokens=10, batch_size=2)
+    ar = sbj.generate(target, prompts, max_new_tokens=12, batch_size=2)
+    spec = sbj.generate(target, prompts, drafter=loaded, max_new_tokens=12, batch_size=2)
     assert [r.token_ids for r in spec] == [r.token_ids for r in ar]
 
 
@@ -140,6 +140,41 @@ def test_released_config_mismatches_are_refused_naming_the_field(target, tmp_pat
     (path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match=f"config field '{field}'"):
         sbj.load_drafter(path, target)
+
+
+@pytest.mark.parametrize("preset", sorted(ref.PUBLIC_CONFIGS))
+def test_the_public_specblock_configs_load_abstractly_at_their_targets(preset, tmp_path):
+    """The released configs import against the Qwen3-8B / Llama-3.1-8B presets with no weights:
+    widths, layers, draft vocabulary, slots, RoPE and feature layers as their code builds them."""
+    from specblock_jax.aot import load_preset
+    from specblock_jax.drafters import hf_format
+    from specblock_jax.drafters.common import abstract_model, config_from_meta
+    from specblock_jax.drafters.specblock import SpecBlockConfig, SpecBlockModel
+
+    tc = load_preset(preset)
+    meta = hf_format.import_meta(tmp_path, ref.PUBLIC_CONFIGS[preset], tc)
+    c = config_from_meta(SpecBlockConfig, meta, "bfloat16")
+    n = tc.num_layers
+    assert (c.num_layers, c.block_size, c.head_size, c.feature_layers) == (2, 4, 32000, (2, n // 2, n - 3))
+    assert c.rope.theta == (1e6 if preset.startswith("qwen3") else 1e4) and c.rope.kind == "default"
+    shapes = {k: v.shape for k, v in jax.tree_util.tree_leaves_with_path(abstract_model(SpecBlockModel, c)[1])
+              for k in [jax.tree_util.keystr(k)]}
+    assert shapes["['lm_head']"] == (4096, 32000) and shapes["['fc']"] == (3 * 4096, 4096)
+    assert shapes["['shift']"] == (1, 8192, 4096) and shapes["['rank_in']"] == (4096 + 15, 256)
+
+
+def test_released_defaults_feature_layers_and_rope_parameters(target, tmp_path):
+    """Without eagle_config the features are their serving code's [2, L/2, L-3]; a transformers-5
+    `rope_parameters` alone is read as rope_theta / rope_scaling."""
+    path, cfg, _ = _release(target, tmp_path / "sb")
+    cfg.pop("eagle_config")
+    theta = cfg.pop("rope_theta")
+    cfg.pop("rope_scaling")
+    cfg["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
+    (path / "config.json").write_text(json.dumps(cfg))
+    drafter, _ = sbj.load_drafter(path, target)
+    n = target.config.num_layers
+    assert drafter.config.feature_layers == (2, n // 2, n - 3) and drafter.config.rope.theta == theta
 
 
 def _edit_tensors(path, fn):

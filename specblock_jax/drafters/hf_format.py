@@ -247,16 +247,16 @@ def _check_widths(path, layer: dict, tc) -> None:
                                                "engines would refuse or mis-rotate long sequences")
 
 
-def import_meta(path: Path, hf: dict, target) -> dict[str, Any]:
+def import_meta(path: Path, hf: dict, tc) -> dict[str, Any]:
     """Our drafter meta ({"kind", "config", "decoding", "chat", "hf_format"}) of an engine-layout
-    config.json, every field an engine would trip on checked against `target`."""
+    config.json, every field an engine would trip on checked against the target's config `tc`
+    (a ModelConfig: no weights are needed, so an abstract target serves)."""
     fmt = detect(hf)
     if fmt is None:
         raise ValueError(f"{path}: config.json has no 'kind' and its architectures "
                          f"{hf.get('architectures')} are not a drafter layout we read ({FORMATS[1:]})")
     if fmt == specblock_released.FORMAT:
-        return specblock_released.import_meta(path, hf, target)
-    tc = target.config
+        return specblock_released.import_meta(path, hf, tc)
     layer = hf.get("transformer_layer_config", hf) if fmt == "speculators" else hf
     _check_widths(path, layer, tc)
     if hf.get("target_hidden_size") not in (None, tc.hidden_size):

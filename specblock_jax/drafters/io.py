@@ -137,7 +137,7 @@ def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = No
         raise FileNotFoundError(f"{path}: not a drafter folder (config.json is missing)")
     meta = json.loads((path / "config.json").read_text())
     if "kind" not in meta:
-        meta = hf_format.import_meta(path, meta, target)
+        meta = hf_format.import_meta(path, meta, target.config)
     check_chat(meta, chat, str(path))
     try:
         kind = registry.get(meta.get("kind"))

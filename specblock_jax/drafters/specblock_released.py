@@ -109,7 +109,11 @@ def _fail(path, field, msg):
 
 
 def _rope(path, hf: dict) -> RopeConfig:
-    """The RoPE their attention computes: plain with rope_theta (default 10000), or llama3-scaled."""
+    """The RoPE their attention computes: plain with rope_theta (default 10000), or llama3-scaled
+    (a transformers-5 `rope_parameters` alone is read as those two)."""
+    if "rope_theta" not in hf and "rope_scaling" not in hf and hf.get("rope_parameters"):
+        params = hf["rope_parameters"]
+        hf = {"rope_theta": params.get("rope_theta", 10000.0), "rope_scaling": params}
     scaling = hf.get("rope_scaling") or {}
     kind = scaling.get("rope_type", scaling.get("type"))
     theta = float(hf.get("rope_theta", 10000.0))
@@ -135,10 +139,9 @@ def _feature_layers(path, hf: dict, tc) -> tuple[int, ...]:
     return layers
 
 
-def import_meta(path: Path, hf: dict, target) -> dict[str, Any]:
+def import_meta(path: Path, hf: dict, tc) -> dict[str, Any]:
     """Our drafter meta of a released SpecBlock config.json, every field their code reads checked
-    (against `target` where the drafter shares it)."""
-    tc = target.config
+    (against the target's ModelConfig `tc` where the drafter shares it)."""
     if hf.get("model_type", "llama") != "llama":
         _fail(path, "model_type", f"{hf['model_type']!r}: SpecBlock's drafter is a LlamaConfig model")
     for field, mine in (("vocab_size", tc.vocab_size), ("hidden_size", tc.hidden_size)):
