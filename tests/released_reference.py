@@ -128,7 +128,8 @@ def specblock_forward(w: dict, cfg: dict, aux: torch.Tensor, embeds: torch.Tenso
     pos = (torch.arange(1, s + 1)[:, None] + torch.arange(k)[None]).reshape(-1)
     qi = torch.arange(s * k)
     q_pos, q_slot = qi // k, qi % k
-    allowed = (q_pos[None, :] < q_pos[:, None]) | ((q_pos[None, :] == q_pos[:, None]) & (q_slot[None, :] <= q_slot[:, None]))
+    same = q_pos[None, :] == q_pos[:, None]  # [query, key]: every slot of earlier positions, own slots <= k
+    allowed = (q_pos[None, :] < q_pos[:, None]) | (same & (q_slot[None, :] <= q_slot[:, None]))
     for i in range(cfg["num_hidden_layers"]):
         if i > 0:  # llama3_specblock.py: slot k gets slot k-1's hidden, slot 0 itself
             hh = x.view(s, k, h)

@@ -59,7 +59,8 @@ def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "b
     [, "d2t", "t2d"]}: the reduced draft vocabulary is taken from them). vocab: a DraftVocab
     (drafters/draft_vocab.py) saved with it. format: "specblock" (ours: every kind) or a serving
     engine's layout for its kind, "eagle3" / "speculators" (EAGLE-3) or "dflash"
-    (drafters/hf_format.py; `engine` = max_positions, verifier, chat there)."""
+    (drafters/hf_format.py; `engine` = max_positions, verifier, chat there), or "specblock_hf" (the
+    public SpecBlock release, drafters/specblock_released.py)."""
     if "draft" in params:
         if vocab is None and "d2t" in params:
             vocab = draft_vocab.DraftVocab(np.asarray(params["d2t"]), np.asarray(params["t2d"]))
