@@ -58,11 +58,18 @@ size, temperature) group (results.json "meta.complete" says whether the run got 
 `specblock-bench --replot DIR` redraws the plots of a finished run. After the table the run prints
 three lines: where the outputs went, the fastest method (pooled speedup [round min-max]), and the
 command that runs the same comparison on one's own checkpoint and drafter.
+Priced columns (`--price TOPO,PRESET`, needs the `tpu` extra; infer/bench_price.py): each method's
+decoding step compiled ahead of time for a TPU topology at a target preset's shapes (cache length
+--price-context, the group's batch size), beside the measured columns: priced_step_ms,
+priced_speedup (tau_run of this run x priced target-only step / priced speculative step) and
+priced_draft_ms_per_token. Acceptance from this run, step costs from the TPU compiler's cost model:
+an estimate, not a measurement (the table's header says so). Each (method, size) compiles once.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import os
 import platform
@@ -81,6 +88,7 @@ from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.methods import resolve_drafter, split_adapt
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 
+from .bench_price import PriceSpec, Pricer
 from .bench_report import closing_lines, compare, replot, table, write_results
 from .decode import DEFAULT_TARGET, cli_method, make_adapter
 from .labels import method_label
@@ -255,11 +263,11 @@ def loop_time(results) -> tuple[int, float]:
 
 
 def run_rounds(target, prompts, methods, temperature, batch_size, args,
-               cal_prompts: list | None = None) -> list[dict]:
+               cal_prompts: list | None = None, pricer: Pricer | None = None) -> list[dict]:
     """Every method on all prompts, interleaved: the prompts in --rounds contiguous chunks, each
     chunk decoded by every method in turn, round r's order `rotation(methods, r)`. Returns every
     method's results.json row (`summarise`), in `methods` order, with its new tokens and seconds
-    (adaptation included) per round."""
+    (adaptation included) per round, and with a `pricer`, its priced columns."""
     preps = [prepare_method(target, m, temperature, batch_size, args, cal_prompts) for m in methods]
     results: list[list] = [[] for _ in methods]
     rounds: list[list[tuple[int, float]]] = [[] for _ in methods]
@@ -273,7 +281,11 @@ def run_rounds(target, prompts, methods, temperature, batch_size, args,
                            results=res, note=f" [round {k + 1}/{args.rounds}]")
             tokens, wall = loop_time(res[before:])
             rounds[i].append((tokens, wall + adapt_time(prep) - adapt_before))
-    return [summarise(p, r, temperature, batch_size, n) for p, r, n in zip(preps, results, rounds)]
+    rows = [summarise(p, r, temperature, batch_size, n) for p, r, n in zip(preps, results, rounds)]
+    if pricer is not None:
+        for prep, row in zip(preps, rows):
+            row.update(pricer.row(prep["drafter"], row["tau_run"], batch_size))
+    return rows
 
 
 def adapt_time(prep: dict) -> float:
@@ -373,6 +385,13 @@ def parse_args(argv=None):
     p.add_argument("--calibrate-grid", action="append", default=[], metavar="KNOB=V,V,...",
                    help="candidates of one knob for ':calibrate=true' methods (repeatable; each kind uses "
                         "its own knobs, the others keep decoding/calibrate.py's defaults), e.g. num_nodes=8,16")
+    p.add_argument("--price", default=None, metavar="TOPO,PRESET",
+                   help="also price every method's decoding step with the TPU compiler (needs the tpu extra), "
+                        "e.g. v5p:2x2x1,qwen3-8b: columns priced_step_ms, priced_speedup (this run's tau x "
+                        "priced target-only step / priced speculative step), priced_draft_ms_per_token; "
+                        "an estimate, not a measurement")
+    p.add_argument("--price-context", type=int, default=2048, metavar="C",
+                   help="cache length the priced steps attend over (default %(default)s)")
     return p.parse_args(argv)
 
 
@@ -448,6 +467,7 @@ def main(argv=None) -> int:
         print(warning, file=sys.stderr, flush=True)
     for m in methods:
         cli_method(split_adapt(split_calibrate(m)[0])[0])  # fail fast on an unknown method
+    pricer = Pricer(PriceSpec.parse(args.price, args.price_context, args.max_new_tokens)) if args.price else None
     target = sbj.load_target(args.target)
     records, errors = read_prompts(args.prompts)
     cal_records, records = calibration_split(records[args.skip:], args,
@@ -465,6 +485,7 @@ def main(argv=None) -> int:
         "rounds": args.rounds, "calibrate_grid": args.calibrate_grid,
         "calibration_prompts": {"source": str(args.calibrate_from or args.prompts), "held_out": args.calibrate_from is None,
                                 "ids": [r["id"] for r in cal_records]} if cal_records else None,
+        "price": dataclasses.asdict(pricer.spec) | {"note": pricer.spec.header()} if pricer else None,
     }
     rows = []
     mark = cached_count()
@@ -479,7 +500,7 @@ def main(argv=None) -> int:
         print(f"warm-up (untimed): target-only on {len(warm)} prompts, {meta['warmup']['wall_s']:.1f} s", flush=True)
     for i, (batch_size, temperature) in enumerate(groups):
         group = run_rounds(target, prompts, methods, temperature, batch_size, args,
-                           [r["prompt"] for r in cal_records])
+                           [r["prompt"] for r in cal_records], pricer)
         compare(group, temperature)  # group[0] is ar's
         rows += group
         write_results(args.out_dir, {**meta, "complete": i == len(groups) - 1}, records, group, rows)
@@ -487,7 +508,8 @@ def main(argv=None) -> int:
         # XLA:CPU runs out of code memory when a long run keeps them all (a 4-group run crashed)
         release(mark)
     replot(args.out_dir)
-    print("\n" + table(rows) + "\n\n" + "\n".join(closing_lines(rows, args.out_dir, own_command(args))))
+    note = "\n" + meta["price"]["note"] if pricer else ""
+    print(note + "\n" + table(rows) + "\n\n" + "\n".join(closing_lines(rows, args.out_dir, own_command(args))))
     return 0
 
 

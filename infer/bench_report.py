@@ -48,12 +48,17 @@ def output_name(row: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
+    """The measured columns, then (with `--price`: rows carrying priced_step_ms) the priced ones."""
+    priced = any("priced_step_ms" in r for r in rows)
     head = ("| T | batch | method | tau median [min, max] | tokens/s | speedup [round min-max] | ideal speedup "
             "| achieved / ideal | draft ms/token | draft share | draft fwd/token | verify ms/step | 1-token fwd ms "
             "| same as ar | compile s | calibrated (s) | adapt s (updates/decisions) |"
-            "\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+            + (" priced step ms | priced speedup | priced draft ms/token |" if priced else "")
+            + "\n" + "|---" * (17 + 3 * priced) + "|")
     lines = [head]
     for r in rows:
+        cells = (f" {_num(r.get('priced_step_ms'), digits=3)} | {_num(r.get('priced_speedup'), 'x')} | "
+                 f"{_num(r.get('priced_draft_ms_per_token'), digits=3)} |") if priced else ""
         lines.append(
             f"| {r['temperature']:g} | {r['batch_size']} | {r['method']} | {r['tau_median']:.2f} [{r['tau_min']:.2f}, "
             f"{r['tau_max']:.2f}] | {r['tokens_per_s']:.1f} | {speedup_cell(r)} | "
@@ -62,7 +67,7 @@ def table(rows: list[dict]) -> str:
             f"{r['draft_forwards_per_token']:.2f} | {_num(r.get('verify_ms_per_step'), digits=3)} | "
             f"{_num(r.get('forward_1_ms'), digits=3)} | "
             f"{'n/a' if r['same_as_ar'] is None else format(r['same_as_ar'], '.2f')} | "
-            f"{r['compile_s']:.1f} | {calibrated_cell(r)} | {adapt_cell(r)} |")
+            f"{r['compile_s']:.1f} | {calibrated_cell(r)} | {adapt_cell(r)} |" + cells)
     return "\n".join(lines)
 
 
@@ -89,7 +94,8 @@ def adapt_cell(row: dict) -> str:
 
 
 def notes(meta: dict) -> str:
-    """How the table was measured: the rounds, and which prompts calibrated (held out from it)."""
+    """How the table was measured: the rounds, which prompts calibrated (held out from it) and,
+    with `--price`, what the priced columns are."""
     lines = [f"{meta['num_prompts']} prompts in {meta['rounds']} rounds of contiguous prompts, every method on "
              "each round, the methods' order rotating by one per round; speedup = pooled tokens/s over all "
              "rounds / target-only's, [min-max] of the per-round ratios."]
@@ -98,6 +104,8 @@ def notes(meta: dict) -> str:
         where = ("" if cal["held_out"] else "--calibrate-from ") + str(cal["source"])
         lines.append(f"Calibration (':calibrate=true') decoded {len(cal['ids'])} prompts of {where} "
                      f"(ids {', '.join(cal['ids'])}), excluded from measurement: none of them is measured.")
+    if meta.get("price"):
+        lines.append(meta["price"]["note"])
     return "\n".join(lines)
 
 

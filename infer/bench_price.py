@@ -1,0 +1,122 @@
+"""`specblock-bench --price TOPO,PRESET`: step costs from the TPU compiler beside the measured columns.
+
+Acceptance comes from this run (the embedded miniature or whatever target the bench decodes); step
+costs come from compiling each method's decoding step ahead of time for a TPU topology at a
+deployment preset's shapes (`specblock_jax.aot`, which needs the `tpu` extra: libtpu). The result
+is an estimate, not a measurement, and sits in its own columns:
+
+    priced_step_ms             the compiler's estimated time of one decoding step: target-only's
+                               one-token step for `ar`, the whole speculative step (propose, tree
+                               forward, verify + commit, update) for the others
+    priced_speedup             tau_run (tokens committed per decoding forward, measured here)
+                               x priced target-only step / priced speculative step
+    priced_draft_ms_per_token  the priced drafting phases (propose + update) / tau_run
+
+Each (method kind, tree or block size, batch) compiles once per run (`Pricer` caches it); a
+column that cannot be priced (an `auto:` method, a phase that failed to compile) is None.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from specblock_jax.decoding.auto import AutoServe
+from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
+
+PRICED_KEYS = ("priced_step_ms", "priced_speedup", "priced_draft_ms_per_token")
+
+
+@dataclasses.dataclass(frozen=True)
+class PriceSpec:
+    """Where to price: a TPU topology name ("v5e:2x2"), a target (a preset such as "qwen3-8b", or an
+    HF folder / config.json: `aot.load_target_config`) and the prompt bucket `context` (the priced
+    cache holds context + the run's max new tokens)."""
+
+    topology: str
+    target: str
+    context: int = 2048
+    max_new: int = 256
+
+    @classmethod
+    def parse(cls, text: str, context: int = 2048, max_new: int = 256) -> "PriceSpec":
+        """'TOPO,PRESET' -> PriceSpec; SystemExit naming the form on anything else."""
+        topo, sep, target = text.partition(",")
+        if not sep or not topo or not target or "," in target:
+            raise SystemExit(f"--price: expected TOPOLOGY,PRESET (e.g. v5e:2x2,qwen3-0.6b), got {text!r}")
+        if context < 1:
+            raise SystemExit(f"--price-context must be >= 1, got {context}")
+        return cls(topo, target, context, max_new)
+
+    def header(self) -> str:
+        """The plain statement that heads the priced table."""
+        return (f"Priced columns (estimates, not measurements): acceptance (tau_run) from this run's own "
+                f"decoding, step costs from the TPU compiler's cost model at {self.target}'s shapes on "
+                f"{self.topology} (prompt bucket {self.context} + {self.max_new} new tokens, this run's batch size): "
+                "priced_speedup = tau_run x priced target-only step / priced speculative step. "
+                "The compiler's estimate leaves out host overhead, launch gaps and collectives' latency.")
+
+
+def method_shape(drafter) -> dict | None:
+    """How the bench's method drafts, in `aot.price_method`'s terms: {"method": kind with its
+    ':key=value' tree settings, "nodes" or "block": its size}; {"method": "ar"} for target-only;
+    None for an `auto:` method (it switches between options: no one step to price). The drafter is
+    sized as released for the preset (`aot.released_drafter`); only the tree or block size and
+    EAGLE-3's top_k/depth come from the bench's method."""
+    if isinstance(drafter, AutoServe):
+        return None
+    loaded = resolve_drafter(drafter)
+    if loaded is None:
+        return {"method": "ar"}
+    d = loaded.drafter
+    kind = drafter_kind(d)
+    if kind in ("dflash", "blockpilot"):  # BlockPilot drafts at routed sizes <= its DFlash's block: priced at that
+        return {"method": kind, "block": int(d.num_nodes)}
+    knobs = f":top_k={d.top_k}:depth={d.depth}" if kind == "eagle3" else ""
+    return {"method": kind + knobs, "nodes": int(d.num_nodes)}
+
+
+class Pricer:
+    """Prices decoding steps for one `PriceSpec`, compiling each distinct (method, size, batch) once."""
+
+    def __init__(self, spec: PriceSpec):
+        from specblock_jax import aot
+
+        try:  # fail before any decoding: no libtpu (the error names the `tpu` extra), a bad name
+            aot.require_libtpu()
+            aot.get_topology(spec.topology)  # an unknown one: the error lists valid names
+            self.target = aot.load_target_config(spec.target)
+        except (ImportError, ValueError) as e:
+            raise SystemExit(f"--price: {e}") from None
+        self.spec, self._aot = spec, aot
+        self._cache: dict[tuple, dict] = {}
+
+    def phases_ms(self, shape: dict, batch: int) -> dict:
+        """{phase: estimated ms} of the phases of `shape`'s step at `batch` that compiled."""
+        key = (tuple(sorted(shape.items())), batch)
+        if key not in self._cache:
+            s = dict(shape)
+            try:
+                rec = self._aot.price_method(self.target, s.pop("method"), self.spec.topology, batch=batch,
+                                             context=self.spec.context, max_new=self.spec.max_new, **s)
+            except ValueError as e:  # an unknown topology (the message lists valid names), a bad setting
+                raise SystemExit(f"--price: {e}") from None
+            self._cache[key] = {name: 1e3 * p["optimal_seconds"] for name, p in rec["phases"].items()
+                                if p.get("compiled")}
+        return self._cache[key]
+
+    def row(self, drafter, tau_run: float, batch: int) -> dict:
+        """The priced columns of one bench row (None where the step could not be priced)."""
+        out = dict.fromkeys(PRICED_KEYS)
+        shape = method_shape(drafter)
+        if shape is None:
+            return out
+        base = self.phases_ms({"method": "ar"}, batch).get("target_step")
+        if shape["method"] == "ar":
+            return {**out, "priced_step_ms": base, "priced_speedup": None if base is None else 1.0}
+        ms = self.phases_ms(shape, batch)
+        if "spec_step" in ms:
+            out["priced_step_ms"] = ms["spec_step"]
+            if base is not None:
+                out["priced_speedup"] = tau_run * base / ms["spec_step"]
+        if "propose" in ms and "update" in ms:
+            out["priced_draft_ms_per_token"] = (ms["propose"] + ms["update"]) / tau_run
+        return out

@@ -1,0 +1,86 @@
+"""`specblock-bench --price TOPO,PRESET`: priced step columns from the TPU compiler beside the measured ones."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specblock_jax import aot
+from specblock_jax.decoding.auto import AutoServe
+from specblock_jax.drafters.base import LoadedDrafter
+from specblock_jax_cli.infer import bench
+from specblock_jax_cli.infer.bench_price import PRICED_KEYS, PriceSpec, method_shape
+
+needs_libtpu = pytest.mark.skipif(not aot.topology.libtpu_installed(),
+                                  reason="needs libtpu: pip install 'specblock-jax[tpu]'")
+
+
+def _prompts(tmp_path, n=2):
+    path = tmp_path / "p.jsonl"
+    path.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\ny = 2\n" * (i + 2)}) + "\n" for i in range(n)))
+    return path
+
+
+@needs_libtpu
+def test_bench_prices_each_method_once_beside_the_measured_columns(tiny_ckpt, tmp_path, monkeypatch):
+    calls = []
+    real = aot.price_method
+    monkeypatch.setattr(aot, "price_method", lambda *a, **k: calls.append((a[1], k.get("nodes"))) or real(*a, **k))
+    out = tmp_path / "bench"
+    # priced at the tiny checkpoint's own shapes (a preset name works the same; this compiles fastest)
+    assert bench.main(["--target", str(tiny_ckpt), "--prompts", str(_prompts(tmp_path)), "--out-dir", str(out),
+                       "--methods", "prompt_lookup", "--temperatures", "0,1", "--max-new-tokens", "8",
+                       "--rounds", "1", "--warmup-prompts", "0",
+                       "--price", f"v5e:2x2,{tiny_ckpt}", "--price-context", "32"]) == 0
+    # two (temperature) groups, yet each (method, size) compiled once
+    assert sorted(calls, key=str) == [("ar", None), ("prompt_lookup", 8)]
+    data = json.loads((out / "results.json").read_text())
+    assert data["meta"]["price"]["topology"] == "v5e:2x2" and data["meta"]["price"]["context"] == 32
+    rows = data["results"]
+    assert [(r["temperature"], r["method"]) for r in rows] == [(0.0, "ar"), (0.0, "prompt_lookup"),
+                                                                  (1.0, "ar"), (1.0, "prompt_lookup")]
+    for ar, pl in (rows[:2], rows[2:]):
+        assert set(PRICED_KEYS) <= set(ar) and set(PRICED_KEYS) <= set(pl)
+        assert ar["priced_step_ms"] > 0 and ar["priced_speedup"] == 1.0 and ar["priced_draft_ms_per_token"] is None
+        assert pl["priced_step_ms"] > 0 and pl["priced_draft_ms_per_token"] >= 0
+        # this run's acceptance x the priced target-only step / the priced speculative step
+        assert pl["priced_speedup"] == pytest.approx(pl["tau_run"] * ar["priced_step_ms"] / pl["priced_step_ms"])
+        assert pl["speedup"] > 0 and pl["tau_run"] >= 1  # the measured columns are still there
+    md = (out / "results.md").read_text()
+    assert "estimates, not measurements" in md and "acceptance (tau_run) from this run" in md
+    assert "| priced step ms | priced speedup | priced draft ms/token |" in md
+    assert f"{rows[1]['priced_speedup']:.2f}x |" in md
+
+
+def test_price_without_libtpu_fails_before_decoding_and_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setattr(aot.topology, "libtpu_installed", lambda: False)
+    monkeypatch.setattr(bench.sbj, "load_target", lambda *a: pytest.fail("decoded without libtpu"))
+    with pytest.raises(SystemExit, match=r"specblock-jax\[tpu\]"):
+        bench.main(["--prompts", str(_prompts(tmp_path)), "--out-dir", str(tmp_path / "o"),
+                    "--price", "v5e:2x2,qwen3-0.6b"])
+
+
+@pytest.mark.parametrize("text", ["v5e:2x2", "v5e:2x2,", ",qwen3-8b", "v5e:2x2,qwen3-8b,x"])
+def test_price_spec_names_its_form_on_a_bad_value(text):
+    with pytest.raises(SystemExit, match="TOPOLOGY,PRESET"):
+        PriceSpec.parse(text)
+
+
+@needs_libtpu
+def test_unknown_topology_or_preset_fails_before_decoding(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench.sbj, "load_target", lambda *a: pytest.fail("decoded with a bad --price"))
+    for price, message in (("v9z:2x2,qwen3-0.6b", "valid names include"), ("v5e:2x2,qwen9", "neither a preset")):
+        with pytest.raises(SystemExit, match=message):
+            bench.main(["--prompts", str(_prompts(tmp_path)), "--out-dir", str(tmp_path / "o"), "--price", price])
+
+
+def test_method_shape_prices_the_methods_tree_or_block_size(tiny_ckpt):
+    cfg = aot.load_target_config(str(tiny_ckpt))
+    eagle, _ = aot.released_drafter("eagle3:top_k=2:depth=3", cfg, nodes=8)
+    dflash, _ = aot.released_drafter("dflash", cfg, block=8)
+    assert method_shape(None) == {"method": "ar"}
+    assert method_shape("prompt_lookup") == {"method": "prompt_lookup", "nodes": 8}
+    assert method_shape(LoadedDrafter(eagle, ())) == {"method": "eagle3:top_k=2:depth=3", "nodes": 8}
+    assert method_shape(LoadedDrafter(dflash, ())) == {"method": "dflash", "block": 8}
+    assert method_shape(AutoServe("prompt_lookup")) is None  # switches between options: no one step
