@@ -60,6 +60,7 @@ def _buffer_loss(ad: Adapter):
                                              rows["loss_mask"], rows["valid"], jax.random.key(0), 0)[0])
 
 
+@pytest.mark.slow
 def test_collected_labels_equal_a_full_target_forward(target, eagle3, prompts):
     """The buffer's features (gathered from prefill and verification forwards) are the target's
     hidden states of a plain forward over the committed sequence; the loss mask marks exactly the
@@ -94,6 +95,7 @@ def test_buffer_keeps_the_last_window_of_long_sequences():
 
 
 @pytest.mark.parametrize("kind", ["eagle3", "specblock", "dflash", "blockpilot"])
+@pytest.mark.slow
 def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, prompts, kind):
     if kind == "eagle3":
         drafter = eagle3
@@ -123,6 +125,7 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
     assert all(r.stats.adapt is not None for r in on)
 
 
+@pytest.mark.slow
 def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eagle3, prompts):
     never = _adapter(eagle3, cost_scale=math.inf)
     before = compilation_count()
@@ -197,6 +200,7 @@ def test_only_the_chosen_subset_changes(target, eagle3, prompts):
         _adapter(eagle3, subset="nothing")
 
 
+@pytest.mark.slow
 def test_updates_reduce_the_loss_on_buffered_rows(target, eagle3, prompts):
     ad = _adapter(eagle3, cost_scale=math.inf, learning_rate=3e-3, steps=10)
     sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=4, adapter=ad)
@@ -300,6 +304,7 @@ def test_bad_settings_and_kinds_are_refused(target, eagle3):
         sbj.generate(target, [[1, 2, 3]], drafter="prompt_lookup", adapter=_adapter(eagle3))
 
 
+@pytest.mark.slow
 def test_the_adapter_state_saves_and_a_resumed_job_continues_identically(target, eagle3, prompts, tmp_path):
     """Saving after half a job and loading into a fresh adapter continues exactly as the adapter
     that never stopped (updates forced: cost_scale=0)."""
@@ -323,6 +328,7 @@ def test_the_adapter_state_saves_and_a_resumed_job_continues_identically(target,
         _adapter(eagle3, steps=3).load_state(str(tmp_path / "state"))
 
 
+@pytest.mark.slow
 def test_sampling_follows_the_target_distribution_while_adapting(small_vocab_target):
     """6000 sampled continuations in 6 batches with an update between every two (cost_scale=0):
     the (t2, t3) pairs still follow the target's exact distribution (the drafter only proposes)."""

@@ -41,6 +41,7 @@ def test_shipped_target_matches_transformers_and_generates():
 
 
 @pytest.mark.parametrize("kind,tau_floor", [("eagle3", 2.4), ("specblock", 1.35), ("dflash", 1.3)])
+@pytest.mark.slow
 def test_shipped_drafters_are_lossless_on_the_shipped_target(kind, tau_floor):
     """Greedy identity on 6 held-out prompts, and the drafter's mean tau there above a floor set
     below what the shipped weights reach (2026-12-02: EAGLE-3 2.78, SpecBlock 1.51, DFlash 1.53; an

@@ -47,6 +47,7 @@ def test_attend_prefix_reads_only_the_bucket_it_needs(live):
         assert np.isnan(np.asarray(attend(q, k_bad, v_bad, mask))).any()
 
 
+@pytest.mark.slow
 def test_bucketed_decoding_equals_full_attention_and_compiles_once_across_buckets():
     """Prompts of 20-60 tokens and 150 new tokens in a 256-slot cache: every step's attention
     switches buckets (64 .. 256) inside one executable; target-only, prompt lookup and EAGLE-3

@@ -103,6 +103,7 @@ def test_auto_decides_from_the_requests_it_holds_not_from_later_calls(monkeypatc
     assert choices(followed, 6)[0] == ("ar", "recheck")  # the next call holds 6 chunks
 
 
+@pytest.mark.slow
 def test_auto_greedy_output_is_target_only_and_every_chunk_is_logged(small_vocab_target):
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(18)]
@@ -122,6 +123,7 @@ def test_auto_greedy_output_is_target_only_and_every_chunk_is_logged(small_vocab
     assert sum(e["tokens"] for e in auto.events) == sum(budgets)
 
 
+@pytest.mark.slow
 def test_auto_measures_the_decode_loops_not_the_step_profiling(small_vocab_target):
     """A chunk's seconds are its decode loops' wall time (compilation excluded): with
     profile="all" (as specblock-bench runs) the phase timing outside the loops does not count."""
@@ -138,6 +140,7 @@ def test_auto_measures_the_decode_loops_not_the_step_profiling(small_vocab_targe
         assert all((r.stats.step_profile is not None) == (n < 3) for r in mine)
 
 
+@pytest.mark.slow
 def test_auto_sampling_follows_the_target_distribution_while_switching(small_vocab_target):
     """6000 draws in chunks of 1000: target-only and speculation with a stochastic drafter far from
     the target both serve chunks; the pooled (t2, t3) pairs match the target's exact distribution."""

@@ -19,6 +19,7 @@ STEP_KEYS = {*PHASES_MS, "draft_ms_per_step", "verify_ms_per_step", "ideal_speed
              "step_profiles", "calibrated", "calibrate_s", "calibration"}
 
 
+@pytest.mark.slow
 def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\ny = 2\n" * (i + 2)}) + "\n"
@@ -76,6 +77,7 @@ def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path, capsys):
     assert bench.parse_args(cmd).target == "/path/to/hf_model"  # every flag printed exists
 
 
+@pytest.mark.slow
 def test_bench_runs_adaptation_next_to_the_plain_drafter(tiny_ckpt, tmp_path, monkeypatch):
     export_random_eagle3(tiny_ckpt, tmp_path / "eagle3")
     prompts = tmp_path / "p.jsonl"
@@ -143,6 +145,7 @@ def test_bench_oracle_option_is_split_off_and_named_portably():
     assert bench_report.output_name(row) == "outputs_blockpilot__oracle-data-l-heldout_T0_b8.jsonl"
 
 
+@pytest.mark.slow
 def test_an_interrupted_bench_keeps_the_groups_it_finished(tiny_ckpt, tmp_path, monkeypatch):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\n" * (i + 2)}) + "\n" for i in range(2)))
@@ -165,6 +168,7 @@ def test_an_interrupted_bench_keeps_the_groups_it_finished(tiny_ckpt, tmp_path, 
     assert "partial" in (out / "results.md").read_text()
 
 
+@pytest.mark.slow
 def test_rounds_interleave_the_methods_without_changing_any_output(tiny_ckpt, tmp_path, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "a = 1\n" * (i + 2)}) + "\n" for i in range(5)))

@@ -52,6 +52,7 @@ def _prompts():
     return [rng.integers(0, V, rng.integers(2, 15)).tolist() for _ in range(10)]
 
 
+@pytest.mark.slow
 def test_masked_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target, pilot):
     """The one-loop path (mesh, adaptation, masked=True): rows of different sizes in one batch."""
     task, drafter, params = pilot
@@ -78,6 +79,7 @@ def test_masked_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target,
     assert [r.token_ids for r in res] == [mixed[i].token_ids for i in rows]
 
 
+@pytest.mark.slow
 def test_routed_requests_draft_exactly_their_size_and_equal_decoding_alone(target, pilot):
     """Served by generate, each request is routed to its chosen size and decoded by a DFlash
     drafter of that block size: its tokens and tau (so its tree size) are those it gets decoded
@@ -175,6 +177,7 @@ def test_save_and_load_round_trip(target, pilot, tmp_path):
                                   choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits))
 
 
+@pytest.mark.slow
 def test_shipped_blockpilot_drafter_loads_and_is_lossless():
     import json
     from pathlib import Path
@@ -202,6 +205,7 @@ def test_specblock_train_runs_the_blockpilot_cli(capsys):
     assert exit_info.value.code == 2 and "--out" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_specblock_train_blockpilot_train_makes_a_drafter_from_label_folders(tmp_path, capsys):
     """`specblock-train blockpilot train` on a label folder (written here): the shipped target's
     prefill features, the registered task through the trainer, a drafter folder that drives the
@@ -271,6 +275,7 @@ def test_speed_labels_divide_each_prompts_tau_by_its_sizes_step_cost(tmp_path):
         read_labels(tmp_path / "b", "speed")
 
 
+@pytest.mark.slow
 def test_label_files_resume_without_repeating_a_prompt_or_a_profile(target, pilot, tmp_path):
     from specblock_jax.drafters.blockpilot_labels import read_labels
     from specblock_jax_cli.train.blockpilot import write_labels
@@ -315,6 +320,7 @@ def test_blockpilot_configs_set_only_known_keys(path, tmp_path):
         apply_config(bad, parsers("x")[1])
 
 
+@pytest.mark.slow
 def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
     """A per-request oracle (TableRoutes): each prompt decodes at the size its table entry names,
     as it does alone with a DFlash drafter of that size; a prompt missing from the table is an error."""

@@ -43,6 +43,7 @@ def chat_target(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_regenerate_train_export_and_finetune_a_chat_drafter(chat_target, tmp_path):
     convs = tmp_path / "chats.jsonl"
     convs.write_text("".join(json.dumps(c) + "\n" for c in CONVERSATIONS))

@@ -92,6 +92,7 @@ def test_bad_arguments_are_clear_errors(tmp_path, tiny_ckpt):
                      "--out", str(tmp_path / "o.jsonl"), "--method", "medusa"])
 
 
+@pytest.mark.slow
 def test_sigkill_mid_run_then_rerun_yields_every_record_exactly_once(tiny_ckpt, tmp_path):
     prompts = tmp_path / "p.jsonl"
     n = 24
@@ -113,6 +114,7 @@ def test_sigkill_mid_run_then_rerun_yields_every_record_exactly_once(tiny_ckpt, 
     assert sorted(ids) == sorted(f"r{i}" for i in range(n)) and len(ids) == n
 
 
+@pytest.mark.slow
 def test_refill_and_fixed_batches_write_the_same_records(tiny_ckpt, tmp_path):
     prompts = tmp_path / "p.jsonl"
     _write(prompts, [json.dumps({"id": f"r{i}", "prompt": "def f(x):\n" * (1 + i % 5),
@@ -158,6 +160,7 @@ def test_method_overrides_parse_and_reach_the_drafter(tiny_ckpt):
         decode.cli_method("ar:x=1")
 
 
+@pytest.mark.slow
 def test_adaptation_flags_keep_outputs_and_save_the_adapted_drafter(tiny_ckpt, tmp_path):
     target = export_random_eagle3(tiny_ckpt, tmp_path / "eagle3")
     prompts = tmp_path / "p.jsonl"

@@ -103,6 +103,7 @@ def test_update_appends_the_context_a_prefill_would_give(target, task, params):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_greedy_dflash_decoding_equals_autoregressive(target, task, params):
     """Greedy and auto drafts, two block sizes, batch 1 and 4: output == target-only output."""
     dparams = task.decoding_drafter(params)[1]
@@ -117,6 +118,7 @@ def test_greedy_dflash_decoding_equals_autoregressive(target, task, params):
 
 
 @pytest.mark.parametrize("mode,temp,top_k,top_p", [("sample", 1.0, 0, 1.0), ("auto", 0.8, 6, 0.9)])
+@pytest.mark.slow
 def test_sampled_dflash_decoding_matches_the_target_distribution(target, task, params, mode, temp, top_k, top_p):
     """The engine's distribution test (tests/test_speculative.py) with this drafter's sampled drafts."""
     drafter = DFlashDrafter(task.config, task.graphdef, block_size=3, draft_mode=mode)

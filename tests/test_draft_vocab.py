@@ -61,6 +61,7 @@ def _vocab_file(target, tmp_path, size=K) -> str:
 
 
 @pytest.mark.parametrize("kind", ["eagle3", "specblock"])
+@pytest.mark.slow
 def test_a_drafter_with_a_draft_vocabulary_is_lossless_and_drafts_only_its_ids(target, tmp_path, kind):
     vocab = {"draft_vocab_size": K, "draft_vocab": _vocab_file(target, tmp_path)}
     task = (Eagle3Task({"num_nodes": 10, "top_k": 3, "depth": 3, **vocab}, target) if kind == "eagle3" else
@@ -102,6 +103,7 @@ def test_a_drafter_with_a_draft_vocabulary_is_lossless_and_drafts_only_its_ids(t
     assert np.all(np.isfinite(losses))
 
 
+@pytest.mark.slow
 def test_sampling_with_a_draft_vocabulary_matches_the_target_distribution(tmp_path):
     """The engine's distribution test with a 5-of-8 draft vocabulary: tokens outside it can only
     come from the verifier's residual and bonus draws, and the distribution stays exact."""

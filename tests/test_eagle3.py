@@ -94,6 +94,7 @@ def _features(target, tokens, layers):
     return out.hidden, out.logits
 
 
+@pytest.mark.slow
 def test_training_time_test_matches_decoding_side_drafting(target, task):
     """Step 0 of TTT == the decoding state after prefill; step 1 == the depth-2 expansion."""
     params = task.init_params(jax.random.key(1))
@@ -170,6 +171,7 @@ def test_save_and_load_round_trip(target, task, tmp_path):
         load_drafter(tmp_path, other)
 
 
+@pytest.mark.slow
 def test_calibration_times_each_setting_and_picks_the_fastest(target, task):
     from specblock_jax.decoding.calibrate import calibrate
 

@@ -76,6 +76,7 @@ def test_text_prompts_are_tokenized_and_decoded(tmp_path, hf_dirs):
         assert len(r.token_ids) >= 1
 
 
+@pytest.mark.slow
 def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_dirs, monkeypatch):
     """`compiled(..., warm=)` runs a new executable once on the warm-up arguments (on CPU) and
     counts it as compile time; `generate`'s warm-ups cap every row's budget (two tokens, or one more

@@ -54,6 +54,7 @@ def _eagle_logits(drafter, params, target, tokens):
 
 
 @pytest.mark.parametrize("fmt", ["eagle3", "speculators"])
+@pytest.mark.slow
 def test_eagle3_export_import_round_trip(target, eagle, fmt, tmp_path):
     drafter, params = eagle
     sbj.save_drafter(drafter, params, tmp_path, dtype="float32", format=fmt,
@@ -117,6 +118,7 @@ def _reference_eagle3(w, cfg, aux, embeds):
     return _rms(h2, w["norm.weight"], eps) @ w["lm_head.weight"].T
 
 
+@pytest.mark.slow
 def test_independent_speculators_checkpoint_matches_the_reference_forward(target, tmp_path):
     """A checkpoint written with torch from the speculators layout's tensor names and config
     fields (not by our exporter) imports, and its draft logits match a torch reference forward
@@ -269,6 +271,7 @@ def _reference_dflash(w, cfg, feats, block_emb, head):
     return _rms(x, w["norm.weight"], eps)[1:] @ head
 
 
+@pytest.mark.slow
 def test_independent_dflash_checkpoint_matches_the_reference_forward(target, tmp_path):
     """A DFlash checkpoint written with torch from the release's tensor names and config fields
     imports, and its block logits match a torch reference forward within 1e-4 (fp32)."""

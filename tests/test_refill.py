@@ -49,6 +49,7 @@ def stop(target):
 
 
 @pytest.mark.parametrize("method", ["ar", "prompt_lookup", "eagle3"])
+@pytest.mark.slow
 def test_greedy_output_is_identical_with_refill_on_and_off(target, eagle3, stop, method):
     drafter = {"ar": None, "prompt_lookup": PromptLookup(num_nodes=6), "eagle3": eagle3}[method]
     off, _ = _run(target, drafter, False, stop_tokens=stop)
@@ -76,6 +77,7 @@ def test_refilling_several_rows_at_once_keeps_outputs_and_returns_less_often(tar
 
 
 @pytest.mark.parametrize("method", ["ar", "random_tree"])
+@pytest.mark.slow
 def test_sampled_output_is_identical_with_refill_on_and_off(target, method):
     drafter = None
     if method == "random_tree":

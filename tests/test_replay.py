@@ -24,6 +24,7 @@ def _weights(task, seed, scale):
 
 
 @pytest.mark.parametrize("kind", ["eagle3", "specblock", "dflash"])
+@pytest.mark.slow
 def test_replayed_steps_equal_real_greedy_decoding_for_other_weights(target, kind):
     if kind == "eagle3":
         task = Eagle3Task({"num_nodes": 10, "top_k": 3, "depth": 3}, target)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -38,6 +39,7 @@ def _reference(logits, temperature, top_k, top_p):
     top_k=st.sampled_from([0, 1, 3, 20]),
     top_p=st.sampled_from([1.0, 0.9, 0.5, 0.05]),
 )
+@pytest.mark.slow
 def test_sampling_distribution_matches_reference(seed, temperature, top_k, top_p):
     logits = np.random.default_rng(seed).normal(size=(2, 20)).astype(np.float32) * 3
     params = SamplingParams.make(2, temperature, top_k, top_p)

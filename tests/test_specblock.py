@@ -115,6 +115,7 @@ def _paths(tree):
     return out
 
 
+@pytest.mark.slow
 def test_rank_tree_branches_gives_up_continues_and_merges_twins():
     """The public code's rule: a slot drafts slot_topk[class] tokens (its chain token included),
     the first block's slot 0 root_topk; a give-up stops the alternatives from that slot on (the
@@ -174,6 +175,7 @@ def task(target):
     return SpecBlockTask({"num_nodes": 12, "num_blocks": 2}, target)
 
 
+@pytest.mark.slow
 def test_training_blocks_match_decoding_blocks(target, task, monkeypatch):
     """Block 1 at the last prompt position == the state after prefill; block 2 drafted from slot
     j == the training block 2 with M = j + 1 whose token M ahead is the leaf's token."""
@@ -219,6 +221,7 @@ def _assert_top(top, index, logits):
 
 @pytest.mark.parametrize("settings,batches", [({}, (1, 4)),
                                               ({"rank_tree": False, "max_blocks": 3, "beam": 2, "num_nodes": 20}, (4,))])
+@pytest.mark.slow
 def test_greedy_specblock_decoding_equals_autoregressive(target, task, settings, batches):
     params = task.init_params(jax.random.key(2))
     drafter, bundle = task.decoding_drafter(params)
@@ -242,6 +245,7 @@ def test_greedy_specblock_decoding_equals_autoregressive(target, task, settings,
     # first slot, so drafts still get accepted
     {"num_nodes": 40, "max_blocks": 2, "beam": 2, "rank_tree": True, "root_topk": 8, "slot_topk": (2, 4, 8, 0)},
 ])
+@pytest.mark.slow
 def test_sampling_with_specblock_matches_the_target_distribution(settings):
     """The engine's distribution test (test_speculative.py) with a SpecBlock drafter on V = 8."""
     cfg = sbj.models.config.tiny(vocab_size=8, eos_token_ids=())
@@ -278,6 +282,7 @@ def test_save_and_load_round_trip_with_overrides(target, task, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_update_equals_the_training_forward_at_the_committed_positions(target, task):
     """Two verifier updates (3 then 2 committed pairs, a chain accepted from a 12-node tree) leave
     the hidden states, log-probs and rank classes that the training forward (`run_blocks`, block 1)

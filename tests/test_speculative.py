@@ -20,6 +20,7 @@ def _prompts(n, vocab, seed=0, max_len=30):
 
 
 @pytest.mark.parametrize("num_nodes,batch", [(4, 1), (9, 8), (16, 5)])
+@pytest.mark.slow
 def test_greedy_random_trees_equal_autoregressive(small_vocab_target, num_nodes, batch):
     prompts = _prompts(50, V, seed=num_nodes)
     ar = sbj.generate(small_vocab_target, prompts, max_new_tokens=24, batch_size=8)
@@ -31,6 +32,7 @@ def test_greedy_random_trees_equal_autoregressive(small_vocab_target, num_nodes,
     assert np.median(taus) > 1.2  # drafts are really accepted, so the paths are exercised
 
 
+@pytest.mark.slow
 def test_greedy_stop_tokens_and_budgets_cut_speculative_output_like_autoregressive(small_vocab_target):
     prompts = _prompts(50, V, seed=9)
     kw = dict(max_new_tokens=17, stop_tokens=[3], batch_size=8)
@@ -42,6 +44,7 @@ def test_greedy_stop_tokens_and_budgets_cut_speculative_output_like_autoregressi
 
 
 @pytest.mark.parametrize("num_nodes", [4, 8])
+@pytest.mark.slow
 def test_greedy_prompt_lookup_equals_autoregressive(hf_dirs, num_nodes):
     target = sbj.load_target(hf_dirs["qwen3"][0])
     rng = np.random.default_rng(1)

@@ -265,6 +265,7 @@ def _run_cli(corpus: Path, run: Path, *overrides: str) -> subprocess.Popen:
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.mark.slow
 def test_a_training_process_killed_with_sigkill_resumes_bit_identically(corpus, tmp_path):
     """Training outlives sessions: a real process SIGKILLed mid-run (possibly mid-checkpoint), then
     the same command again, gives the uninterrupted run's metrics and final state bit for bit."""

@@ -285,6 +285,7 @@ def test_time_budget_stops_the_run(target, data, tmp_path):
     assert (tmp_path / "export" / "params.npz").exists()
 
 
+@pytest.mark.slow
 def test_a_tasks_own_optimizer_evaluation_and_export_fields(target, data, tmp_path):
     """A task may bring its optimizer (here: plain SGD at a constant LR); `evaluate` results are
     logged and its last one, with the fields `export` returns, lands in the summary."""

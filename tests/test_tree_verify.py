@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -95,6 +96,7 @@ def test_sampling_verifier_matches_reference(tree, seed, stochastic, max_childre
     assert np.asarray(res.new_tokens)[0, :count + 1].tolist() == new
 
 
+@pytest.mark.slow
 def test_greedy_target_makes_sampling_verifier_greedy():
     """With a one-hot target, rejection sampling accepts exactly the argmax children."""
     tokens = np.array([0, 2, 3, 1, 2])
