@@ -90,7 +90,7 @@ class Pricer:
         self._cache: dict[tuple, dict] = {}
 
     def phases_ms(self, shape: dict, batch: int) -> dict:
-        """{phase: estimated ms} of the phases of `shape`'s step at `batch` that compiled."""
+        """{phase: estimated ms} of the phases of `shape`'s step at `batch` that compiled and were priced."""
         key = (tuple(sorted(shape.items())), batch)
         if key not in self._cache:
             s = dict(shape)
@@ -99,8 +99,9 @@ class Pricer:
                                              context=self.spec.context, max_new=self.spec.max_new, **s)
             except ValueError as e:  # an unknown topology (the message lists valid names), a bad setting
                 raise SystemExit(f"--price: {e}") from None
+            # a phase that failed, or whose estimate the cost model could not make (<= 0), has none
             self._cache[key] = {name: 1e3 * p["optimal_seconds"] for name, p in rec["phases"].items()
-                                if p.get("compiled")}
+                                if p.get("compiled") and (p.get("optimal_seconds") or 0) > 0}
         return self._cache[key]
 
     def row(self, drafter, tau_run: float, batch: int) -> dict:

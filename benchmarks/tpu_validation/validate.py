@@ -79,14 +79,14 @@ def step_ms(rec: dict, chip) -> dict:
     return {"compiler": 1e3 * opt if opt and opt > 0 else None, "roofline": 1e3 * roof}
 
 
-def price_point(pt: dict) -> dict:
+def price_point(pt: dict, accounting: str) -> dict:
     from specblock_jax import aot
 
     p = pt["price"]
     topo = aot.get_topology(p["topology"])
     mesh, batch = mesh_and_batch(p, topo.num_devices)
     cfg = aot.load_preset(p["target"])
-    common = dict(mesh=mesh, batch=batch, context=p["context"], max_new=p["max_new"])
+    common = dict(mesh=mesh, batch=batch, context=p["context"], max_new=p["max_new"], accounting=accounting)
     t0 = time.perf_counter()
     ar = aot.price_method(cfg, "ar", p["topology"], **common)
     out = {"mesh": mesh, "global_batch": batch, "cache_len": ar["cache_len"],
@@ -114,6 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="", help="comma list of point ids (default: all)")
     ap.add_argument("--fresh", action="store_true", help="reprice points already in results.json")
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
+    ap.add_argument("--accounting", default="unrolled", choices=("unrolled", "multiplied"),
+                    help="how the target's layer loop is counted (price_method's accounting)")
     args = ap.parse_args(argv)
     points = json.loads((HERE / "published.json").read_text())["points"]
     only = {x for x in args.only.split(",") if x}
@@ -122,14 +124,14 @@ def main(argv=None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": "python " + " ".join([Path(sys.argv[0]).as_posix(), *(sys.argv[1:] if argv is None else argv)]),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-        "jax": metadata.version("jax"), "libtpu": metadata.version("libtpu"),
+        "jax": metadata.version("jax"), "libtpu": metadata.version("libtpu"), "accounting": args.accounting,
     }
     for pt in points:
         if (only and pt["id"] not in only) or (pt["id"] in done["points"] and not args.fresh):
             continue
         print(f"pricing {pt['id']}: {pt['what']}", flush=True)
         try:
-            rec = price_point(pt)
+            rec = price_point(pt, args.accounting)
         except Exception as e:  # noqa: BLE001 - recorded (an unsupported topology, a failed compile)
             rec = {"error": f"{type(e).__name__}: {e}"[:1000]}
         done["points"][pt["id"]] = {"published": pt["value"], "unit": pt["unit"], "tau": pt.get("tau"), **rec}
