@@ -11,8 +11,9 @@ One record a line: `{"id", "prompt"}`, optionally with a per-record `max_new_tok
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from specblock_jax.jsonl import parse_lines
 
 
 def read_prompts(path: Path, conversations: bool = False) -> tuple[list[dict], list[dict]]:
@@ -21,13 +22,9 @@ def read_prompts(path: Path, conversations: bool = False) -> tuple[list[dict], l
     parsed; "prompt" is then None), else they are error records."""
     records, errors, seen = [], [], set()
     with Path(path).open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                errors.append({"key": f"line {n}", "id": None, "line": n, "error": f"invalid JSON ({e.msg})"})
+        for n, rec, bad_json in parse_lines(f):
+            if bad_json is not None:
+                errors.append({"key": f"line {n}", "id": None, "line": n, "error": f"invalid JSON ({bad_json})"})
                 continue
             rid = str(rec["id"]) if isinstance(rec, dict) and rec.get("id") is not None else None
             err, messages = None, None

@@ -31,12 +31,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
-import json
 from collections import Counter
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
+
+from specblock_jax.jsonl import parse_lines
 
 ROLES = ("system", "user", "assistant")
 SHAREGPT_ROLES = {"system": "system", "human": "user", "user": "user", "gpt": "assistant",
@@ -130,15 +131,12 @@ def read_conversations(path: str | Path) -> tuple[list[Conversation], Counter]:
     """The usable conversations of a JSONL file in file order, and {reason: count} of the skipped
     lines (invalid JSON, duplicate ids and `parse_record`'s reasons). Ids default to "line-N"."""
     convs, skipped, seen = [], Counter(), set()
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-            messages = parse_record(rec)
-        except json.JSONDecodeError:
+    for n, rec, bad_json in parse_lines(Path(path).read_text(encoding="utf-8").splitlines()):
+        if bad_json is not None:
             skipped["invalid JSON"] += 1
             continue
+        try:
+            messages = parse_record(rec)
         except ChatRecordError as e:
             skipped[str(e)] += 1
             continue

@@ -17,11 +17,12 @@ iterator of `training.trainer.train`).
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
+
+from specblock_jax.jsonl import parse_lines
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -44,13 +45,9 @@ def read_texts(path: Path) -> list[str]:
     """The `text` field of every record of a JSONL file, with errors naming the bad line."""
     texts = []
     with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e})") from None
+        for n, rec, bad_json in parse_lines(f):
+            if bad_json is not None:
+                raise ValueError(f"{path}:{n}: not valid JSON ({bad_json})")
             if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
                 raise ValueError(f"{path}:{n}: record has no string field 'text'")
             texts.append(rec["text"])

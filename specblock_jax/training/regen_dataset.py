@@ -19,7 +19,6 @@ Never use `tfds.load` / `as_dataset`: they need TensorFlow.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -27,6 +26,8 @@ from typing import Any, Iterator, Mapping, Sequence
 import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
+
+from specblock_jax.jsonl import parse_lines
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +49,9 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     if lines[-1]:
         log.warning("%s: ignoring a torn last line", path)
     out = []
-    for n, line in enumerate(lines[:-1], 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            log.warning("%s line %d: skipped, invalid JSON (%s)", path, n, e.msg)
+    for n, rec, bad_json in parse_lines(lines[:-1]):
+        if bad_json is not None:
+            log.warning("%s line %d: skipped, invalid JSON (%s)", path, n, bad_json)
             continue
         if not isinstance(rec, dict) or any(k not in rec for k in RECORD_KEYS):
             log.warning("%s line %d: skipped, a record needs the keys %s", path, n, RECORD_KEYS)
