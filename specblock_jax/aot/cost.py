@@ -3,25 +3,31 @@
 A record (a plain dict, JSON-ready) per phase:
     compiled         bool; error (str) when the compile failed
     optimal_seconds  the compiler's estimate of one call's run time (its roofline over FLOPs and
-                     bytes on that chip), per device
+                     bytes on that chip), per device; None where the compiler gave none (libtpu
+                     0.0.42 reports negative values, -1 s per part it cannot estimate, for many
+                     programs: report.py then prices by the roofline of flops and bytes)
     flops, bytes_accessed   per device
     device_bytes     arguments + outputs + temporaries - aliased (donated) bytes, per device
     hbm_bytes        the chip's memory; fits = device_bytes <= hbm_bytes
     compile_s        wall seconds of lowering + compiling on this machine (all compiles of the phase)
-    layer_loop       how the target's layer loop was counted: "multiplied" (cost at scan unroll 1
-                     plus L - 1 times the difference between unroll 2 and unroll 1: XLA's cost
-                     analysis counts a loop body once), "unrolled" (one compile with all L layers
-                     unrolled) or "none" (the phase runs no target layers)
-Memory comes from the unroll-1 executable: the one the library runs.
+    layer_loop       how the target's layer loop was counted (price.py): "multiplied" or "unrolled"
+    memory           argument / output / temp / alias bytes per device
+A compile the compiler refuses for lack of memory is a record with fits false, the error, and
+`device_bytes` read from the compiler's message when it states them.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import time
 import traceback
 from typing import Any, Callable, Sequence
 
 import jax
+
+from specblock_jax.aot.presets import for_layers
+from specblock_jax.models.config import ModelConfig
 
 COST_KEYS = ("optimal_seconds", "flops", "bytes_accessed")
 _XLA_KEYS = {"optimal_seconds": "optimal_seconds", "flops": "flops", "bytes_accessed": "bytes accessed"}
@@ -53,21 +59,68 @@ def memory(compiled) -> dict[str, int]:
     return out
 
 
-def multiplied(c1: dict[str, float], c2: dict[str, float], trips: int) -> dict[str, float]:
-    """Costs with a loop body counted `trips` times, from c1 (body counted once) and c2 (the body
-    unrolled twice, so counted twice): c1 + (trips - 1) * (c2 - c1)."""
-    return {k: c1[k] + (trips - 1) * (c2[k] - c1[k]) for k in COST_KEYS}
+def multiplied(c1: dict[str, float], c2: dict[str, float], layers: int) -> dict[str, float | None]:
+    """Costs of an L-layer program from those of its 1- and 2-layer cuts: c1 + (L - 1) (c2 - c1)
+    (every cost that depends on the depth grows linearly with it). optimal_seconds is None
+    when either cut has no estimate (a negative value)."""
+    out: dict[str, float | None] = {k: c1[k] + (layers - 1) * (c2[k] - c1[k]) for k in COST_KEYS}
+    if min(c1["optimal_seconds"], c2["optimal_seconds"]) < 0:
+        out["optimal_seconds"] = None
+    return out
+
+
+def checked(c: dict[str, float]) -> dict[str, float | None]:
+    """Costs of one compile, optimal_seconds None when the compiler gave no estimate (< 0)."""
+    return {**c, "optimal_seconds": c["optimal_seconds"] if c["optimal_seconds"] >= 0 else None}
+
+
+# the TPU compiler's out-of-memory messages, e.g. "Used 20.50G of 15.75G hbm" or "the total memory
+# required for HLO temporaries (32.09G) exceeds available HBM (15.75G)"
+_OOM = (re.compile(r"Used ([0-9.]+)([KMGT]?) of [0-9.]+[KMGT]? hbm"),
+        re.compile(r"required for [^(]*\(([0-9.]+)([KMGT]?)\) exceeds available HBM"))
+_UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def oom_bytes(message: str) -> int | None:
+    """The bytes per device an out-of-memory compile error states, or None."""
+    for pattern in _OOM:
+        m = pattern.search(message)
+        if m:
+            return int(float(m.group(1)) * _UNIT[m.group(2)])
+    return None
 
 
 def failed(error: BaseException, hbm_bytes: int, compile_s: float) -> dict:
     """The record of a phase whose compile raised (e.g. the compiler's out-of-memory)."""
-    msg = "".join(traceback.format_exception_only(type(error), error)).strip()
+    if isinstance(error, BaseException):
+        msg = "".join(traceback.format_exception_only(type(error), error)).strip()
+    else:
+        msg = str(error)
     return {"compiled": False, "error": msg[:2000], **{k: None for k in COST_KEYS},
-            "device_bytes": None, "hbm_bytes": hbm_bytes, "fits": False, "compile_s": round(compile_s, 2)}
+            "device_bytes": oom_bytes(msg), "hbm_bytes": hbm_bytes, "fits": False,
+            "compile_s": round(compile_s, 2)}
 
 
-def record(compiled, cost: dict[str, float], hbm_bytes: int, compile_s: float, layer_loop: str) -> dict:
+def record(compiled, cost: dict[str, float | None] | None, hbm_bytes: int, compile_s: float,
+           layer_loop: str) -> dict:
+    """A compiled phase's record (cost None: its cut compiles failed, costs unknown)."""
     mem = memory(compiled)
+    cost = cost or {k: None for k in COST_KEYS}
     return {"compiled": True, **cost, "device_bytes": mem["device_bytes"], "hbm_bytes": hbm_bytes,
             "fits": mem["device_bytes"] <= hbm_bytes, "compile_s": round(compile_s, 2),
             "layer_loop": layer_loop, "memory": mem}
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """The target config (its num_layers and scan_unroll) and drafter one chain is compiled for."""
+    cfg: ModelConfig
+    drafter: Any
+
+
+def variants(cfg: ModelConfig, drafter: Any, accounting: str) -> tuple[Variant, list[Variant]]:
+    """(the L-layer variant, the cut variants whose costs price it; [] = price the L-layer one)."""
+    if accounting == "unrolled":
+        return Variant(cfg.replace(scan_unroll=cfg.num_layers), drafter), []
+    cut = [Variant(cfg.replace(num_layers=k, scan_unroll=k), for_layers(drafter, k)) for k in (1, 2)]
+    return Variant(cfg.replace(scan_unroll=1), drafter), cut

@@ -29,6 +29,7 @@ read, no weights).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,18 @@ def released_drafter(method: str, cfg: ModelConfig, nodes: int | None = None,
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
     drafter = _KINDS[kind][2](config=config, graphdef=graphdef, **overrides)
     return drafter, _abstract_drafter_params(kind, config, target_params)
+
+
+def for_layers(drafter: Any, layers: int) -> Any:
+    """`drafter` re-pointed at a `layers`-deep truncation of its target (layer-cost pricing,
+    price.py): feature layers i -> min(i, layers - 1), DFlash's target depth -> layers; the
+    number of features, and so every shape, is unchanged."""
+    if drafter is None or not hasattr(drafter, "config") or not hasattr(drafter.config, "feature_layers"):
+        return drafter
+    c = drafter.config
+    changes: dict[str, Any] = {"feature_layers": tuple(min(i, layers - 1) for i in c.feature_layers)}
+    if hasattr(c, "target_layers"):
+        changes["target_layers"] = layers
+    config = dataclasses.replace(c, **changes)
+    kind = drafter.kind
+    return dataclasses.replace(drafter, config=config, graphdef=abstract_model(_KINDS[kind][1], config)[0])

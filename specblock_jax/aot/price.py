@@ -3,12 +3,20 @@ step) for a TPU topology from this CPU, and read the TPU compiler's cost and mem
 
     from specblock_jax import aot
     out = aot.price_method("qwen3-8b", "eagle3", "v5p:2x2x1", batch=1, context=2048)
-    out["phases"]["spec_step"]["optimal_seconds"], out["phases"]["spec_step"]["fits"]
+    out["phases"]["spec_step"]["flops"], out["phases"]["spec_step"]["fits"]
 
 Phases are compiled in the loop's order, each on the abstract outputs (shapes and the compiler's
 output shardings) of the one before: prefill -> target_step; propose -> tree_forward ->
 verify_commit -> update; spec_step (the whole step). A phase that fails is recorded with its error
 and the phases that need its outputs are recorded as skipped; nothing raises past a phase.
+
+Layer accounting. XLA's cost analysis counts a loop body once, and inside the rolled layer loop
+it charges each dynamic slice of the stacked weights and cache as a read of the whole stack. So
+costs come from straight-line programs: "multiplied" compiles the chain for the target cut to 1
+and to 2 layers (fully unrolled; drafter feature layers clamped, shapes unchanged) and prices L
+layers as c1 + (L - 1) (c2 - c1), every L-dependent cost being linear in L; "unrolled" compiles
+all L layers unrolled (exact, slower). Memory, `compiled` and `fits` always come from the
+L-layer executable (rolled for "multiplied": the one the library runs).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import jax.numpy as jnp
 
 from specblock_jax.aot import cost, phases
 from specblock_jax.aot.presets import load_target_config, released_drafter
+from specblock_jax.aot.train import price_train_step
 from specblock_jax.aot.topology import get_topology, topology_mesh
 from specblock_jax.decoding.job import cache_length
 from specblock_jax.decoding.loop import LoopSpec
@@ -30,65 +39,32 @@ from specblock_jax.models.target import abstract_target
 from specblock_jax.parallel.mesh import ShardingPlan, mesh_str
 
 ACCOUNTING = ("multiplied", "unrolled")
+NEEDS = {"prefill": (), "target_step": ("prefill",), "propose": ("prefill",), "tree_forward": ("propose",),
+         "verify_commit": ("tree_forward",), "update": ("verify_commit",), "spec_step": ("prefill",)}
+
+
+def needed(wanted) -> set[str]:
+    """The decode phases to compile for `wanted` (None = all): them and those they read."""
+    out: set[str] = set()
+    todo = list(NEEDS if wanted is None else wanted)
+    while todo:
+        name = todo.pop()
+        if name not in NEEDS:
+            if name == "train_step":
+                continue
+            raise ValueError(f"unknown phase {name!r} (phases: {', '.join(phases.PHASES)})")
+        if name not in out:
+            out.add(name)
+            todo.extend(NEEDS[name])
+    return out
 
 
 class _Failed(Exception):
-    """A phase's input could not be built because an earlier phase failed."""
+    """A phase failed (its error is kept), or could not run because an earlier one failed."""
 
-
-@dataclasses.dataclass
-class _Pricer:
-    """Compiles phases for one (target, drafter, plan, shapes) and keeps their records."""
-
-    cfg: ModelConfig
-    drafter: Any
-    plan: ShardingPlan
-    hbm_bytes: int
-    cache_len: int
-    max_new: int
-    accounting: str
-    records: dict = dataclasses.field(default_factory=dict)
-
-    def spec(self, unroll: int, drafter: Any = "same") -> LoopSpec:
-        cfg = self.cfg.replace(scan_unroll=unroll)
-        return LoopSpec(graphdef=abstract_target(cfg)[0], cfg=cfg,
-                        drafter=self.drafter if drafter == "same" else drafter,
-                        cache_len=self.cache_len, max_new=self.max_new, greedy=True)
-
-    def run(self, name: str, fn, args: tuple, donate: tuple = (), target_only: bool = False):
-        """Compiles phase `name` and records it; returns its abstract outputs (ShapeDtypeStructs
-        with the compiler's output shardings), or raises _Failed after recording a failure."""
-        if any(isinstance(a, _Failed) for a in jax.tree.leaves(args, is_leaf=lambda x: isinstance(x, _Failed))):
-            self.records[name] = {"compiled": False, "error": "skipped: an earlier phase failed",
-                                  "hbm_bytes": self.hbm_bytes, "fits": False}
-            raise _Failed(name)
-        drafter = None if target_only else "same"
-        layers = self.cfg.num_layers
-        t0 = time.perf_counter()
-        try:
-            if name not in phases.LAYER_PHASES:
-                compiled, _ = cost.lower_compile(fn, (self.spec(1, drafter), self.plan), args, donate)
-                priced, loop = cost.costs(compiled), "none"
-            elif self.accounting == "unrolled":
-                compiled, _ = cost.lower_compile(fn, (self.spec(layers, drafter), self.plan), args, donate)
-                priced, loop = cost.costs(compiled), "unrolled"
-            else:
-                compiled, _ = cost.lower_compile(fn, (self.spec(1, drafter), self.plan), args, donate)
-                twice, _ = cost.lower_compile(fn, (self.spec(2, drafter), self.plan), args, donate)
-                priced = cost.multiplied(cost.costs(compiled), cost.costs(twice), layers)
-                loop = "multiplied"
-        except Exception as e:  # noqa: BLE001 - recorded, never raised past the phase
-            self.records[name] = cost.failed(e, self.hbm_bytes, time.perf_counter() - t0)
-            raise _Failed(name) from None
-        self.records[name] = cost.record(compiled, priced, self.hbm_bytes, time.perf_counter() - t0, loop)
-        return outputs(compiled)
-
-    def step(self, name: str, fn, args: tuple, donate: tuple = (), target_only: bool = False):
-        """`run`, with a failure turned into a _Failed placeholder for the dependent phases."""
-        try:
-            return self.run(name, fn, args, donate, target_only)
-        except _Failed as f:
-            return f
+    def __init__(self, error: BaseException | str, seconds: float = 0.0):
+        super().__init__(str(error))
+        self.error, self.seconds = error, seconds
 
 
 def outputs(compiled) -> Any:
@@ -97,14 +73,108 @@ def outputs(compiled) -> Any:
                         compiled.out_info, compiled.output_shardings)
 
 
+@dataclasses.dataclass
+class _Chain:
+    """Compiles the phases of one variant in loop order; `done[name]` = (compiled, seconds) or
+    a _Failed."""
+    variant: cost.Variant
+    plan: ShardingPlan
+    cache_len: int
+    max_new: int
+    wanted: set
+    done: dict = dataclasses.field(default_factory=dict)
+
+    def spec(self, target_only: bool) -> LoopSpec:
+        cfg = self.variant.cfg
+        return LoopSpec(graphdef=abstract_target(cfg)[0], cfg=cfg,
+                        drafter=None if target_only else self.variant.drafter,
+                        cache_len=self.cache_len, max_new=self.max_new, greedy=True)
+
+    def step(self, name: str, fn, args: tuple, donate: tuple = (), target_only: bool = False):
+        """Compiles phase `name` on `args`; its abstract outputs, or a _Failed for dependents
+        (None, no record, for a phase not wanted)."""
+        if name not in self.wanted:
+            return None
+        upstream = [a for a in jax.tree.leaves(args, is_leaf=lambda x: isinstance(x, _Failed))
+                    if isinstance(a, _Failed)]
+        if upstream:
+            self.done[name] = _Failed("skipped: an earlier phase failed")
+            return self.done[name]
+        t0 = time.perf_counter()
+        try:
+            compiled, seconds = cost.lower_compile(fn, (self.spec(target_only), self.plan), args, donate)
+        except Exception as e:  # noqa: BLE001 - recorded, never raised past the phase
+            self.done[name] = _Failed(e, time.perf_counter() - t0)
+            return self.done[name]
+        self.done[name] = (compiled, seconds)
+        return outputs(compiled)
+
+
 def _field(value, attr):
-    return value if isinstance(value, _Failed) else getattr(value, attr)
+    return value if value is None or isinstance(value, _Failed) else getattr(value, attr)
+
+
+def run_chain(variant: cost.Variant, plan: ShardingPlan, batch: int, context: int, max_new: int,
+              cache_len: int, dparams, wanted: set) -> dict:
+    """Compiles the decode phases `wanted` of `variant`: {phase: (compiled, seconds) | _Failed}."""
+    chain = _Chain(variant, plan, cache_len, max_new, wanted)
+    _, params = abstract_target(variant.cfg)
+    params = phases.with_shardings(params, plan.param_shardings(params))
+    stop_ids = jax.ShapeDtypeStruct((phases.STOP_IDS,), jnp.int32, sharding=plan.replicated())
+    s = chain.step("prefill", phases.prefill, (params, dparams, phases.abstract_inputs(plan, batch, context)))
+    if variant.drafter is None:
+        chain.step("target_step", phases.target_step, (params, s, stop_ids), donate=(1,))
+        return chain.done
+    failed = isinstance(s, _Failed)
+    ar = s
+    if s is not None and not failed:
+        out = jax.ShapeDtypeStruct((batch, max_new), jnp.int32, sharding=plan.batch_sharding(2, batch))
+        ar = phases.ar_state(s, max_new)._replace(out=out)
+    chain.step("target_step", phases.target_step, (params, ar, stop_ids), donate=(1,), target_only=True)
+    ctx = s if failed or s is None else phases.context(s)
+    prop = chain.step("propose", phases.propose,
+                      (dparams, _field(s, "drafter"), ctx, _field(s, "keys"), _field(s, "step")), donate=(1,))
+    tree, dstate = (prop, prop) if prop is None or isinstance(prop, _Failed) else prop
+    fwd_out = chain.step("tree_forward", phases.tree_forward_phase,
+                         (params, tree, _field(s, "root"), _field(s, "cache")), donate=(3,))
+    tree2, anc, fwd = (fwd_out,) * 3 if fwd_out is None or isinstance(fwd_out, _Failed) else fwd_out
+    part = s if failed or s is None else s._replace(cache=None, drafter=None)
+    c = chain.step("verify_commit", phases.verify_phase,
+                   (part, tree2, anc, _field(fwd, "logits"), _field(fwd, "cache"), stop_ids), donate=(0, 4))
+    chain.step("update", phases.update,
+               (dparams, dstate, _field(c, "ctx"), _field(c, "result"), _field(fwd, "hidden")), donate=(1,))
+    chain.step("spec_step", phases.spec_step_phase, (params, dparams, s, stop_ids), donate=(2,))
+    return chain.done
+
+
+def combine(main: dict, cut: list[dict], layers: int, hbm_bytes: int, accounting: str) -> dict:
+    """Phase records: memory and fits from the L-layer chain `main`, costs from it ("unrolled")
+    or from the 1- and 2-layer chains `cut` ("multiplied")."""
+    records = {}
+    for name, got in main.items():
+        cut_got = [c.get(name) for c in cut]
+        if isinstance(got, _Failed):
+            records[name] = cost.failed(got.error, hbm_bytes, got.seconds)
+            continue
+        compiled, seconds = got
+        if not cut:
+            priced, loop = cost.checked(cost.costs(compiled)), "unrolled"
+        elif any(not isinstance(c, tuple) for c in cut_got):
+            records[name] = cost.record(compiled, None, hbm_bytes, seconds, "failed")
+            continue
+        else:
+            c1, c2 = (cost.costs(c[0]) for c in cut_got)
+            priced, loop = cost.multiplied(c1, c2, layers), "multiplied"
+            seconds += sum(c[1] for c in cut_got)
+        records[name] = cost.record(compiled, priced, hbm_bytes, seconds, loop)
+    return records
 
 
 def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh: str | None = None,
                  batch: int = 1, context: int = 2048, nodes: int | None = None, block: int | None = None,
                  *, train: bool = False, train_batch: int = 8, train_seq: int = 2048, max_new: int = 256,
-                 accounting: str = "multiplied", dtype: str | None = None) -> dict:
+                 accounting: str = "multiplied", dtype: str | None = None,
+                 phases_wanted: tuple[str, ...] | None = None) -> dict:
     """Prices decoding method `method` for target `target_cfg` on TPU topology `topology`.
 
     target_cfg: a preset name (`PRESETS`), an HF folder / config.json, or a ModelConfig; dtype
@@ -115,14 +185,15 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
     prompt bucket; the cache holds P + max_new (+ N) slots), nodes N (tree budget), block (DFlash
     block size). train: also price the drafter's train step (global batch train_batch x
     train_seq tokens, the frozen target's features included) under the training plan.
-    accounting: the target's layer loop "multiplied" (two small compiles) or "unrolled".
+    accounting: "multiplied" or "unrolled" (module docstring). phases_wanted: compile only
+    these phases (and the ones whose outputs they read); None = all.
 
     Returns {"target", "method", "topology", "chip", "devices", "mesh", "batch", "context",
-    "nodes", "cache_len", "max_new", "accounting", "phases": {phase: record}} with the records of
-    cost.py (per device: optimal_seconds, flops, bytes_accessed, device_bytes, hbm_bytes, fits,
-    compile_s; `compiled` false and `error` for a phase that failed). Phases: prefill and
-    target_step always; propose, tree_forward, verify_commit, update and spec_step for a drafter
-    method; train_step with `train`.
+    "nodes", "cache_len", "max_new", "accounting", "dtype", "phases": {phase: record}} with the
+    records of cost.py (per device: optimal_seconds, flops, bytes_accessed, device_bytes,
+    hbm_bytes, fits, compile_s; `compiled` false and `error` for a phase that failed). Phases:
+    prefill and target_step always; propose, tree_forward, verify_commit, update and spec_step
+    for a drafter method; train_step with `train`.
     """
     if accounting not in ACCOUNTING:
         raise ValueError(f"accounting must be one of {ACCOUNTING}, got {accounting!r}")
@@ -130,52 +201,19 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
     topo = get_topology(topology)
     plan = ShardingPlan(topology_mesh(topo, mesh))
     drafter, dparams = released_drafter(method, cfg, nodes, block)
-    n = 0 if drafter is None else drafter.num_nodes
-    pricer = _Pricer(cfg, drafter, plan, topo.chip.hbm_bytes, cache_length(context, max_new, n), max_new,
-                     accounting)
-    _, params = abstract_target(cfg)
-    params = phases.with_shardings(params, plan.param_shardings(params))
     dparams = phases.with_shardings(dparams, plan.param_shardings(dparams)) if dparams != () else ()
-    stop_ids = jax.ShapeDtypeStruct((phases.STOP_IDS,), jnp.int32, sharding=plan.replicated())
-    inputs = phases.abstract_inputs(plan, batch, context)
-    s = pricer.step("prefill", phases.prefill, (params, dparams, inputs))
+    n = 0 if drafter is None else drafter.num_nodes
+    cache_len = cache_length(context, max_new, n)
+    main, cut = cost.variants(cfg, drafter, accounting)
+    wanted = needed(phases_wanted)
     if drafter is None:
-        pricer.step("target_step", phases.target_step, (params, s, stop_ids), donate=(1,))
-    else:
-        _decode_phases(pricer, params, dparams, s, stop_ids, plan, batch)
-    if train:
-        from specblock_jax.aot.train import price_train_step
-
-        pricer.records["train_step"] = price_train_step(cfg, drafter, topo, mesh, train_batch, train_seq,
-                                                        accounting)
+        wanted &= {"prefill", "target_step"}
+    done = [run_chain(v, plan, batch, context, max_new, cache_len, dparams, wanted) for v in [main, *cut]]
+    records = combine(done[0], done[1:], cfg.num_layers, topo.chip.hbm_bytes, accounting)
+    if train or (phases_wanted and "train_step" in phases_wanted):
+        records["train_step"] = price_train_step(cfg, drafter, topo, mesh, train_batch, train_seq, accounting)
     return {"target": target_cfg if isinstance(target_cfg, str) else "config", "method": method,
             "topology": topology, "chip": topo.chip.name, "devices": topo.num_devices,
             "mesh": mesh_str(plan.mesh), "batch": batch, "context": context, "nodes": n,
-            "cache_len": pricer.cache_len, "max_new": max_new, "accounting": accounting,
-            "dtype": cfg.dtype, "phases": pricer.records}
-
-
-def _decode_phases(pricer: _Pricer, params, dparams, s, stop_ids, plan, batch) -> None:
-    """target_step at the speculative loop's cache, then propose -> tree_forward -> verify_commit
-    -> update on each other's abstract outputs, then the whole spec_step."""
-    failed = isinstance(s, _Failed)
-    if failed:
-        ar = s
-    else:
-        out = jax.ShapeDtypeStruct((batch, pricer.max_new), jnp.int32,
-                                   sharding=plan.batch_sharding(2, batch))
-        ar = phases.ar_state(s, pricer.max_new)._replace(out=out)
-    pricer.step("target_step", phases.target_step, (params, ar, stop_ids), donate=(1,), target_only=True)
-    ctx = s if failed else phases.context(s)
-    prop = pricer.step("propose", phases.propose,
-                       (dparams, _field(s, "drafter"), ctx, _field(s, "keys"), _field(s, "step")), donate=(1,))
-    tree, dstate = (prop, prop) if isinstance(prop, _Failed) else prop
-    fwd_out = pricer.step("tree_forward", phases.tree_forward_phase,
-                          (params, tree, _field(s, "root"), _field(s, "cache")), donate=(3,))
-    tree2, anc, fwd = (fwd_out,) * 3 if isinstance(fwd_out, _Failed) else fwd_out
-    part = s if failed else s._replace(cache=None, drafter=None)
-    c = pricer.step("verify_commit", phases.verify_phase,
-                    (part, tree2, anc, _field(fwd, "logits"), _field(fwd, "cache"), stop_ids), donate=(0, 4))
-    pricer.step("update", phases.update,
-                (dparams, dstate, _field(c, "ctx"), _field(c, "result"), _field(fwd, "hidden")), donate=(1,))
-    pricer.step("spec_step", phases.spec_step_phase, (params, dparams, s, stop_ids), donate=(2,))
+            "cache_len": cache_len, "max_new": max_new, "accounting": accounting, "dtype": cfg.dtype,
+            "phases": records}

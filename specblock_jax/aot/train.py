@@ -1,0 +1,110 @@
+"""The drafter's train step priced ahead of time: the project's own sharded step (`TrainLayout`
+and `train_step_fn`, parallel/training.py and training/trainer.py) of the drafter kind's training
+task, the frozen target's feature forward included, FSDP + tensor-parallel by the training plan
+(`ShardingPlan(fsdp=True)`), on abstract parameters, optimizer state and batch.
+
+A reduced draft vocabulary (EAGLE-3, SpecBlock: 32,000 ids) needs a map file for the task; a
+placeholder map (the first ids) is written to a temporary folder: only its size sets shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from specblock_jax.aot import cost
+from specblock_jax.aot.phases import with_shardings
+from specblock_jax.aot.topology import Topology, topology_mesh
+from specblock_jax.drafters import draft_vocab, registry
+from specblock_jax.drafters.common import abstract_model
+from specblock_jax.models.config import ModelConfig
+from specblock_jax.models.target import Target, abstract_target
+from specblock_jax.parallel.mesh import ShardingPlan
+from specblock_jax.parallel.training import TrainLayout
+from specblock_jax.training.trainer import make_optimizer, train_step_fn, with_defaults
+
+TRAINABLE = ("eagle3", "specblock", "dflash")
+
+
+def task_settings(drafter: Any, vocab_dir: Path, ttt_steps: int = 7) -> dict:
+    """The training settings that reproduce `drafter`'s config (kind, widths, feature layers,
+    draft vocabulary, layers, block size); EAGLE-3 trains with its released 7 TTT steps."""
+    kind, c = drafter.kind, drafter.config
+    if kind == "dflash":
+        return {"num_layers": c.num_layers, "feature_layers": tuple(c.feature_layers),
+                "block_size": c.block_size, "mask_token_id": c.mask_token_id}
+    out: dict[str, Any] = {"feature_layers": tuple(c.feature_layers)}
+    if c.draft_vocab_size:
+        draft_vocab.save(vocab_dir, draft_vocab.make(np.arange(c.draft_vocab_size, dtype=np.int32), c.vocab_size))
+        out.update(draft_vocab_size=c.draft_vocab_size, draft_vocab=str(vocab_dir))
+    if kind == "eagle3":
+        out["ttt_steps"] = ttt_steps
+    else:
+        out.update(drafter_layers=c.num_layers, block_size=c.block_size, rank_hidden=c.rank_hidden)
+    return out
+
+
+def _task(kind: str, settings: dict, target: Target):
+    """The kind's TrainTask on an abstract target. DFlash's task reads the target's head at
+    construction: built under eval_shape, its head and target then set to the abstract ones."""
+    task_cls = registry.get(kind).task
+    if kind != "dflash":
+        return task_cls(settings, target)
+    made = {}
+
+    def build(params):
+        made["task"] = task_cls(settings, dataclasses.replace(target, params=params))
+        return made["task"].head
+
+    head = jax.eval_shape(build, target.params)
+    task = made["task"]
+    task.head, task.target = head, target
+    return task
+
+
+def price_train_step(cfg: ModelConfig, drafter: Any, topo: Topology, mesh: str | None, batch: int,
+                     seq: int, accounting: str = "multiplied") -> dict:
+    """The train_step record (cost.py) of `drafter`'s kind for target `cfg`: global batch
+    [batch, seq] tokens split over "data", the mesh default all-FSDP (`default_mesh(train=True)`)."""
+    if drafter is None or getattr(drafter, "kind", None) not in TRAINABLE:
+        return {"compiled": False, "error": f"no train step: the method has no trainable drafter "
+                f"(kinds: {', '.join(TRAINABLE)})", "hbm_bytes": topo.chip.hbm_bytes, "fits": False}
+    plan = ShardingPlan(topology_mesh(topo, mesh, train=True), fsdp=True)
+    tx, _ = make_optimizer(with_defaults({"run_dir": "unused", "out_dir": "unused"}))
+    t0 = time.perf_counter()
+
+    def compile_for(v):
+        graphdef, frozen_params = abstract_target(v.cfg)
+        with tempfile.TemporaryDirectory() as tmp:
+            task = _task(v.drafter.kind, task_settings(v.drafter, Path(tmp)), Target(v.cfg, graphdef, frozen_params))
+        _, params = abstract_model(task.model_cls, task.config)
+        frozen = task.frozen()
+        layout = TrainLayout.make(plan, tx, params, frozen)
+        opt = jax.eval_shape(tx.init, params)
+        rows = {k: jax.ShapeDtypeStruct((batch, seq), jnp.int32, sharding=plan.batch_sharding(2, batch))
+                for k in ("tokens", "loss_mask", "attention_mask")}
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=plan.replicated())
+        step = layout.jit_step(train_step_fn(task, tx)).jitted
+        return step.lower(with_shardings(params, layout.params), with_shardings(opt, layout.opt_state),
+                          with_shardings(frozen, layout.frozen), rows, key).compile()
+
+    main, cut = cost.variants(cfg, drafter, accounting)
+    try:
+        compiled = compile_for(main)
+    except Exception as e:  # noqa: BLE001 - recorded (e.g. the compiler's out-of-memory)
+        return cost.failed(e, topo.chip.hbm_bytes, time.perf_counter() - t0)
+    if cut:
+        c1, c2 = (cost.costs(compile_for(v)) for v in cut)
+        priced, loop = cost.multiplied(c1, c2, cfg.num_layers), "multiplied"
+    else:
+        priced, loop = cost.checked(cost.costs(compiled)), "unrolled"
+    rec = cost.record(compiled, priced, topo.chip.hbm_bytes, time.perf_counter() - t0, loop)
+    rec.update(train_batch=batch, train_seq=seq, train_mesh=f"data={plan.data_size},model={plan.model_size}")
+    return rec

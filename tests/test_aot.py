@@ -1,0 +1,135 @@
+"""Ahead-of-time TPU compiles from this CPU (specblock_jax/aot, specblock-aot): the embedded
+target's steps compile for v5e:2x2 with positive costs, the two layer accountings agree, a
+configuration too large for the chip reports fits false with its numbers, clear errors for an
+unknown topology and a missing libtpu, and decoding on the CPU is unchanged by libtpu."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+from specblock_jax import aot
+from specblock_jax.aot import topology
+from specblock_jax.models.config import ModelConfig, RopeConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = str(ROOT / "assets" / "target")
+needs_libtpu = pytest.mark.skipif(not topology.libtpu_installed(),
+                                  reason="libtpu is not installed (pip install 'specblock-jax[tpu]')")
+COSTS = ("flops", "bytes_accessed")
+
+
+def _compiled_with_costs(rec: dict) -> None:
+    assert rec["compiled"], rec.get("error")
+    assert all(rec[k] > 0 for k in COSTS), rec
+    assert 0 < rec["device_bytes"] <= rec["hbm_bytes"] == 16 * 2**30 and rec["fits"]
+    assert rec["compile_s"] > 0
+
+
+@needs_libtpu
+def test_embedded_target_only_step_compiles_for_v5e():
+    out = aot.price_method(TARGET, "ar", "v5e:2x2", batch=2, context=64, max_new=32, accounting="unrolled",
+                           phases_wanted=("target_step",))
+    assert out["chip"] == "v5e" and out["devices"] == 4 and out["mesh"] == "data=1,model=4"
+    assert set(out["phases"]) == {"prefill", "target_step"}
+    for rec in out["phases"].values():
+        _compiled_with_costs(rec)
+
+
+@needs_libtpu
+def test_embedded_eagle3_step_compiles_for_v5e():
+    out = aot.price_method(TARGET, str(ROOT / "assets" / "drafters" / "eagle3"), "v5e:2x2", batch=2,
+                           context=64, max_new=32, accounting="unrolled", phases_wanted=("spec_step",))
+    assert out["nodes"] == 16
+    assert set(out["phases"]) == {"prefill", "spec_step"}
+    for rec in out["phases"].values():
+        _compiled_with_costs(rec)
+
+
+def _small(num_layers: int) -> ModelConfig:
+    """A small bf16 target with TPU-friendly widths (multiples of 128)."""
+    return ModelConfig("qwen3", 2048, 256, 512, num_layers, 4, 2, 128, rope=RopeConfig(1e6),
+                       max_position_embeddings=1024, dtype="bfloat16", eos_token_ids=(1,))
+
+
+@needs_libtpu
+def test_unrolled_and_multiplied_layer_accounting_agree():
+    """XLA counts a loop body once: both accountings price all L layers, and agree within 2%."""
+    kw = dict(batch=2, context=128, max_new=64, mesh="data=2,model=2", phases_wanted=("target_step",))
+    unrolled = aot.price_method(_small(6), "ar", "v5e:2x2", accounting="unrolled", **kw)["phases"]
+    mult = aot.price_method(_small(6), "ar", "v5e:2x2", accounting="multiplied", **kw)["phases"]
+    for phase in ("prefill", "target_step"):
+        u, m = unrolled[phase], mult[phase]
+        assert u["layer_loop"] == "unrolled" and m["layer_loop"] == "multiplied"
+        for k in COSTS:
+            assert m[k] == pytest.approx(u[k], rel=0.02), (phase, k, m[k], u[k])
+    # the rolled loop alone undercounts: one layer's cost where six run
+    one = aot.price_method(_small(1), "ar", "v5e:2x2", accounting="unrolled", **kw)["phases"]
+    assert unrolled["prefill"]["flops"] > 4 * one["prefill"]["flops"]
+
+
+@needs_libtpu
+def test_too_large_for_the_chip_reports_fits_false():
+    """A 4M-token vocabulary at width 2048 (34 GB of bf16 embeddings) on replicated v5e chips."""
+    big = ModelConfig("llama", 2**22, 2048, 4096, 1, 16, 8, 128, dtype="bfloat16")
+    out = aot.price_method(big, "ar", "v5e:2x2", mesh="data=4,model=1", batch=4, context=64, max_new=32,
+                           accounting="unrolled", phases_wanted=("prefill",))
+    rec = out["phases"]["prefill"]
+    assert rec["fits"] is False
+    assert rec["device_bytes"] > rec["hbm_bytes"] == 16 * 2**30, rec
+    json.dumps(out)  # the record is JSON-ready
+
+
+@needs_libtpu
+def test_unknown_topology_lists_valid_names():
+    for name in ("v9x:2x2", "v5p:1x1x1", "v5e"):
+        with pytest.raises(aot.UnknownTopologyError) as err:
+            aot.get_topology(name)
+        assert name in str(err.value) and "v5e:2x2" in str(err.value) and "v5p:2x2x1" in str(err.value)
+
+
+def test_missing_libtpu_names_the_extra(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(topology, "libtpu_installed", lambda: False)
+    with pytest.raises(aot.MissingLibtpuError, match=r"pip install 'specblock-jax\[tpu\]'"):
+        aot.price_method(TARGET, "ar", "v5e:2x2")
+    from specblock_jax_cli.infer import aot as cli
+
+    assert cli.main(["--target", TARGET, "--method", "ar", "--topology", "v5e:2x2",
+                     "--out", str(tmp_path / "x.json")]) == 2
+    assert "specblock-jax[tpu]" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
+_DECODE = """
+import json, sys
+import jax
+import specblock_jax as sbj
+{extra}
+target = sbj.load_target({target!r})
+res = sbj.generate(target, [[5, 6, 7, 8, 9, 10]], drafter=None, temperature=0.0, max_new_tokens=12)
+print(json.dumps({{"backend": jax.default_backend(), "tokens": [int(t) for t in res[0].token_ids]}}))
+"""
+
+
+def _decode(extra: str, env: dict) -> dict:
+    code = _DECODE.format(extra=extra, target=TARGET)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@needs_libtpu
+def test_cpu_decoding_unchanged_by_libtpu():
+    """Greedy decoding with libtpu installed and a TPU topology loaded in the same process equals
+    decoding with JAX kept off libtpu (JAX_PLATFORMS=cpu), and stays on the CPU backend."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    plain = _decode("", {**env, "JAX_PLATFORMS": "cpu"})
+    with_tpu = _decode("from specblock_jax import aot; aot.get_topology('v5e:2x2')", env)
+    assert plain["backend"] == with_tpu["backend"] == "cpu"
+    assert len(plain["tokens"]) == 12 and with_tpu["tokens"] == plain["tokens"]
+    assert jax.default_backend() == "cpu"
