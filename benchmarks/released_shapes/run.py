@@ -73,19 +73,18 @@ def _policy_row(batch: int) -> dict:
     return cost.record(compiled, cost.costs(compiled), topo.chip.hbm_bytes, time.perf_counter() - t0, "none")
 
 
-def rows(tmp: Path) -> list[tuple[str, dict]]:
-    """(key, spec) of every row: spec = price_method arguments, or {"policy": batch}."""
-    out = []
-    for preset in ("qwen3-8b", "llama-3.1-8b"):
-        out.append((f"{preset}|ar|1", {"target": preset, "method": "ar", "batch": 1}))
-        for batch in (1, 32):
-            out.append((f"{preset}|specblock-16|{batch}", {"target": preset, "method": "SPECBLOCK", "batch": batch}))
-        out.append((f"{preset}|specblock-90|1",
-                    {"target": preset, "method": "SPECBLOCK:num_nodes=90:root_topk=10", "batch": 1}))
-    for batch in (1, 32):
-        out.append((f"qwen3-8b|blockpilot-18|{batch}", {"target": "qwen3-8b", "method": "blockpilot",
-                                                          "block": 18, "batch": batch}))
-        out.append((f"qwen3-8b|blockpilot-policy|{batch}", {"policy": batch}))
+def rows() -> list[tuple[str, dict]]:
+    """(key, spec) of every row, most needed first: spec = price_method arguments, or {"policy": batch}."""
+    sb = lambda preset, tree, method, batch: (f"{preset}|specblock-{tree}|{batch}",  # noqa: E731
+                                              {"target": preset, "method": method, "batch": batch})
+    presets = ("qwen3-8b", "llama-3.1-8b")
+    out = [sb(p, 16, "SPECBLOCK", 1) for p in presets]
+    out += [(f"qwen3-8b|blockpilot-policy|{b}", {"policy": b}) for b in (1, 32)]
+    out.append(("qwen3-8b|blockpilot-18|1", {"target": "qwen3-8b", "method": "blockpilot", "block": 18, "batch": 1}))
+    out += [sb(p, 90, "SPECBLOCK:num_nodes=90:root_topk=10", 1) for p in presets]
+    out += [(f"{p}|ar|1", {"target": p, "method": "ar", "batch": 1}) for p in presets]
+    out += [sb(p, 16, "SPECBLOCK", 32) for p in presets]
+    out.append(("qwen3-8b|blockpilot-18|32", {"target": "qwen3-8b", "method": "blockpilot", "block": 18, "batch": 32}))
     return out
 
 
@@ -121,6 +120,8 @@ def markdown(results: dict) -> str:
                 ms.append("")
             elif not rec.get("compiled"):
                 ms.append("failed")
+            elif rec["optimal_seconds"] < 0:
+                ms.append("n/a*")
             else:
                 ms.append(f"{rec['optimal_seconds'] * 1e3:.3f}")
         recs = [x for x in phases.values() if x.get("compiled")]
@@ -130,14 +131,22 @@ def markdown(results: dict) -> str:
         lines.append(f"| {target} | {drafter} | {batch} | " + " | ".join(ms)
                      + f" | {gb:.2f} | {'yes' if fits else 'no'} | {comp:.0f} |")
     lines += ["", "The policy rows put the policy's forward in the prefill column (it runs once, after the "
-              "prefill). A failed phase keeps its error in results.json.", ""]
+              "prefill). A failed phase keeps its error in results.json. n/a*: the compiler's `optimal_seconds` "
+              "is negative (about -2 s) for executables holding SpecBlock's tree builder (propose, and spec_step "
+              "which contains it): an estimate it could not make, not a time; their flops and bytes are in "
+              "results.json. GB/device: the largest phase's arguments + outputs + temporaries per chip; fits: "
+              "every phase within 95 GiB.", ""]
     return "\n".join(lines)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    p.add_argument("--table-only", action="store_true", help="rewrite results.md from results.json")
     args = p.parse_args()
+    if args.table_only:
+        (args.out / "results.md").write_text(markdown(json.loads((args.out / "results.json").read_text())))
+        return 0
     from specblock_jax.aot import price_method
 
     file = args.out / "results.json"
@@ -145,7 +154,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         folders = {preset: _specblock_folder(preset, tmp) for preset in ("qwen3-8b", "llama-3.1-8b")}
-        for key, spec in rows(tmp):
+        for key, spec in rows():
             if key in results:
                 continue
             t0 = time.perf_counter()
