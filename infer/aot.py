@@ -39,8 +39,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--train", action="store_true", help="also price the drafter's train step")
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--train-seq", type=int, default=2048)
-    ap.add_argument("--accounting", choices=("multiplied", "unrolled"), default="multiplied",
+    ap.add_argument("--accounting", choices=("unrolled", "multiplied", "memory"), default="unrolled",
                     help="how the target's layer loop is counted (docs/tpu_aot.md)")
+    ap.add_argument("--attention", choices=("full", "bucketed"), default="full",
+                    help="the target's cache attention priced (docs/tpu_aot.md)")
     ap.add_argument("--dtype", default=None, help="override the target's dtype (presets: bfloat16)")
     ap.add_argument("--out", type=Path, required=True, help="the JSON to write")
     return ap.parse_args(argv)
@@ -53,7 +55,8 @@ def main(argv=None) -> int:
                                   batch=args.batch_size, context=args.context, nodes=args.nodes,
                                   block=args.block_size, train=args.train, train_batch=args.train_batch,
                                   train_seq=args.train_seq, max_new=args.max_new,
-                                  accounting=args.accounting, dtype=args.dtype)
+                                  accounting=args.accounting, attention=args.attention,
+                                  dtype=args.dtype)
     except (aot.MissingLibtpuError, ValueError) as e:
         print(f"specblock-aot: {e}", file=sys.stderr)
         return 2

@@ -119,8 +119,11 @@ class Variant:
 
 
 def variants(cfg: ModelConfig, drafter: Any, accounting: str) -> tuple[Variant, list[Variant]]:
-    """(the L-layer variant, the cut variants whose costs price it; [] = price the L-layer one)."""
+    """(the L-layer variant, the cut variants whose costs price it; [] = the L-layer one's own
+    costs ("unrolled"), or none ("memory"))."""
     if accounting == "unrolled":
         return Variant(cfg.replace(scan_unroll=cfg.num_layers), drafter), []
+    if accounting == "memory":
+        return Variant(cfg.replace(scan_unroll=1), drafter), []
     cut = [Variant(cfg.replace(num_layers=k, scan_unroll=k), for_layers(drafter, k)) for k in (1, 2)]
     return Variant(cfg.replace(scan_unroll=1), drafter), cut

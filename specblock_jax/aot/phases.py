@@ -16,6 +16,7 @@ from specblock_jax.decoding.prefill import LoopInputs, step_keys
 from specblock_jax.decoding.sampling import SamplingParams
 from specblock_jax.decoding.speculative import SpecState, spec_step, tree_forward, verify_commit
 from specblock_jax.drafters.base import DraftContext
+from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.parallel.activation import use_plan
 from specblock_jax.parallel.mesh import ShardingPlan
 
@@ -86,6 +87,19 @@ def abstract_inputs(plan: ShardingPlan, batch: int, prompt: int) -> LoopInputs:
     return LoopInputs(rows((batch, prompt), jnp.int32), rows((batch,), jnp.int32), rows((batch,), jnp.int32),
                       sampling, jax.ShapeDtypeStruct((STOP_IDS,), jnp.int32, sharding=plan.replicated()),
                       rows((batch, 2), jnp.uint32))
+
+
+def state_shardings(plan: ShardingPlan, state, batch: int):
+    """Shardings of a loop state (`spec.start`'s outputs) by the decoding plan's rules: the
+    target's KV cache by `cache_shardings` ([L, B, K, S, D] batch over "data", kv heads over
+    "model"), every other [B, ...] leaf over "data", the rest replicated."""
+    def leaf(x):
+        if x.ndim and x.shape[0] == batch:
+            return plan.batch_sharding(x.ndim, batch)
+        return plan.replicated()
+
+    return state._replace(**{f: (plan.cache_shardings(v) if isinstance(v, KVCache) else jax.tree.map(leaf, v))
+                             for f, v in state._asdict().items() if v is not None})
 
 
 def with_shardings(tree, shardings):

@@ -11,12 +11,15 @@ verify_commit -> update; spec_step (the whole step). A phase that fails is recor
 and the phases that need its outputs are recorded as skipped; nothing raises past a phase.
 
 Layer accounting. XLA's cost analysis counts a loop body once, and inside the rolled layer loop
-it charges each dynamic slice of the stacked weights and cache as a read of the whole stack. So
-costs come from straight-line programs: "multiplied" compiles the chain for the target cut to 1
-and to 2 layers (fully unrolled; drafter feature layers clamped, shapes unchanged) and prices L
-layers as c1 + (L - 1) (c2 - c1), every L-dependent cost being linear in L; "unrolled" compiles
-all L layers unrolled (exact, slower). Memory, `compiled` and `fits` always come from the
-L-layer executable (rolled for "multiplied": the one the library runs).
+it charges each dynamic slice of the stacked weights and cache as a read of the whole stack, so
+costs come from straight-line programs. "unrolled" (the default) compiles all L layers unrolled
+(`ModelConfig.scan_unroll = L`): costs and memory of that exact program. "multiplied" compiles
+the target cut to 1 and to 2 layers (unrolled; drafter feature layers clamped, shapes unchanged)
+and prices L layers as c1 + (L - 1) (c2 - c1): exact for FLOPs, which grow linearly with depth;
+the compiler's bytes accessed do not (its fusion choices differ from one depth to the next, by
+up to ~35% per layer at Qwen3-8B shapes), so bytes and time from it are rough. Memory, `compiled`
+and `fits` come from the L-layer executable (rolled, the one the library runs, for "multiplied"
+and "memory").
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.target import abstract_target
 from specblock_jax.parallel.mesh import ShardingPlan, mesh_str
 
-ACCOUNTING = ("multiplied", "unrolled")
-NEEDS = {"prefill": (), "target_step": ("prefill",), "propose": ("prefill",), "tree_forward": ("propose",),
-         "verify_commit": ("tree_forward",), "update": ("verify_commit",), "spec_step": ("prefill",)}
+ACCOUNTING = ("unrolled", "multiplied", "memory")
+# what each decode phase reads from another phase's outputs (the loop state they start from is
+# `spec.start`'s shapes, laid out by the plan: no compile needed)
+NEEDS = {"prefill": (), "target_step": (), "propose": (), "tree_forward": ("propose",),
+         "verify_commit": ("tree_forward",), "update": ("verify_commit",), "spec_step": ()}
 
 
 def needed(wanted) -> set[str]:
@@ -121,24 +126,25 @@ def run_chain(variant: cost.Variant, plan: ShardingPlan, batch: int, context: in
     _, params = abstract_target(variant.cfg)
     params = phases.with_shardings(params, plan.param_shardings(params))
     stop_ids = jax.ShapeDtypeStruct((phases.STOP_IDS,), jnp.int32, sharding=plan.replicated())
-    s = chain.step("prefill", phases.prefill, (params, dparams, phases.abstract_inputs(plan, batch, context)))
+    inputs = phases.abstract_inputs(plan, batch, context)
+    chain.step("prefill", phases.prefill, (params, dparams, inputs))
+    # the loop state every step phase starts from: its shapes, laid out by the plan's rules
+    s = jax.eval_shape(lambda p, d, i: phases.prefill(chain.spec(False), plan, p, d, i), params, dparams, inputs)
+    s = phases.with_shardings(s, phases.state_shardings(plan, s, batch))
     if variant.drafter is None:
         chain.step("target_step", phases.target_step, (params, s, stop_ids), donate=(1,))
         return chain.done
-    failed = isinstance(s, _Failed)
-    ar = s
-    if s is not None and not failed:
-        out = jax.ShapeDtypeStruct((batch, max_new), jnp.int32, sharding=plan.batch_sharding(2, batch))
-        ar = phases.ar_state(s, max_new)._replace(out=out)
+    out = jax.ShapeDtypeStruct((batch, max_new), jnp.int32, sharding=plan.batch_sharding(2, batch))
+    ar = phases.ar_state(s, max_new)._replace(out=out)
     chain.step("target_step", phases.target_step, (params, ar, stop_ids), donate=(1,), target_only=True)
-    ctx = s if failed or s is None else phases.context(s)
+    ctx = phases.context(s)
     prop = chain.step("propose", phases.propose,
-                      (dparams, _field(s, "drafter"), ctx, _field(s, "keys"), _field(s, "step")), donate=(1,))
+                      (dparams, s.drafter, ctx, s.keys, s.step), donate=(1,))
     tree, dstate = (prop, prop) if prop is None or isinstance(prop, _Failed) else prop
     fwd_out = chain.step("tree_forward", phases.tree_forward_phase,
-                         (params, tree, _field(s, "root"), _field(s, "cache")), donate=(3,))
+                         (params, tree, s.root, s.cache), donate=(3,))
     tree2, anc, fwd = (fwd_out,) * 3 if fwd_out is None or isinstance(fwd_out, _Failed) else fwd_out
-    part = s if failed or s is None else s._replace(cache=None, drafter=None)
+    part = s._replace(cache=None, drafter=None)
     c = chain.step("verify_commit", phases.verify_phase,
                    (part, tree2, anc, _field(fwd, "logits"), _field(fwd, "cache"), stop_ids), donate=(0, 4))
     chain.step("update", phases.update,
@@ -157,7 +163,9 @@ def combine(main: dict, cut: list[dict], layers: int, hbm_bytes: int, accounting
             records[name] = cost.failed(got.error, hbm_bytes, got.seconds)
             continue
         compiled, seconds = got
-        if not cut:
+        if accounting == "memory":
+            priced, loop = None, "not priced"
+        elif not cut:
             priced, loop = cost.checked(cost.costs(compiled)), "unrolled"
         elif any(not isinstance(c, tuple) for c in cut_got):
             records[name] = cost.record(compiled, None, hbm_bytes, seconds, "failed")
@@ -173,7 +181,7 @@ def combine(main: dict, cut: list[dict], layers: int, hbm_bytes: int, accounting
 def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh: str | None = None,
                  batch: int = 1, context: int = 2048, nodes: int | None = None, block: int | None = None,
                  *, train: bool = False, train_batch: int = 8, train_seq: int = 2048, max_new: int = 256,
-                 accounting: str = "multiplied", dtype: str | None = None,
+                 accounting: str = "unrolled", attention: str = "full", dtype: str | None = None,
                  phases_wanted: tuple[str, ...] | None = None) -> dict:
     """Prices decoding method `method` for target `target_cfg` on TPU topology `topology`.
 
@@ -185,8 +193,11 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
     prompt bucket; the cache holds P + max_new (+ N) slots), nodes N (tree budget), block (DFlash
     block size). train: also price the drafter's train step (global batch train_batch x
     train_seq tokens, the frozen target's features included) under the training plan.
-    accounting: "multiplied" or "unrolled" (module docstring). phases_wanted: compile only
-    these phases (and the ones whose outputs they read); None = all.
+    accounting: "unrolled" or "multiplied" (module docstring), or "memory" (the rolled
+    executable only: compiled, memory and fits, no costs). attention: the target's cache
+    attention, "full" (over the whole cache: what the "bucketed" path costs at its largest
+    bucket, and one attention to compile per layer instead of one per bucket) or "bucketed".
+    phases_wanted: compile only these phases (and those whose outputs they read); None = all.
 
     Returns {"target", "method", "topology", "chip", "devices", "mesh", "batch", "context",
     "nodes", "cache_len", "max_new", "accounting", "dtype", "phases": {phase: record}} with the
@@ -197,7 +208,7 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
     """
     if accounting not in ACCOUNTING:
         raise ValueError(f"accounting must be one of {ACCOUNTING}, got {accounting!r}")
-    cfg = load_target_config(target_cfg, dtype)
+    cfg = load_target_config(target_cfg, dtype).replace(attention=attention)
     topo = get_topology(topology)
     plan = ShardingPlan(topology_mesh(topo, mesh))
     drafter, dparams = released_drafter(method, cfg, nodes, block)

@@ -1,0 +1,104 @@
+"""The issue-39 tables: Qwen3-8B (and Llama-3.1-70B for training) compiled ahead of time for TPU
+topologies on this CPU with `specblock_jax.aot`, priced by the TPU compiler's cost analysis.
+
+    python benchmarks/tpu_aot/run.py [--only phases|compile|train] [--out benchmarks/tpu_aot/results.json]
+
+Rows are written to the JSON after each one (a rerun skips rows already there: resumable) and
+results.md is rebuilt from it with `--table`. Nothing here runs on a TPU: every number is the
+compiler's estimate (docs/tpu_aot.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import time
+from pathlib import Path
+
+from specblock_jax import aot
+
+HERE = Path(__file__).resolve().parent
+TARGET = "qwen3-8b"
+# the must-show methods: (label, method, nodes, block)
+METHODS = [
+    ("target-only", "ar", None, None),
+    ("prompt lookup", "prompt_lookup", None, None),
+    ("EAGLE-3 tree 16", "eagle3", None, None),
+    ("EAGLE-3 chain 5", "eagle3:top_k=1:depth=5", 6, None),
+    ("SpecBlock shipped tree 16", "specblock", None, None),
+    ("SpecBlock tree 90", "specblock:root_topk=10:beam=10:max_blocks=2", 90, None),
+    ("DFlash block 4", "dflash", None, 4),
+    ("DFlash block 8", "dflash", None, 8),
+    ("DFlash block 16", "dflash", None, 16),
+]
+# tau measured on the embedded default: benchmarks/methods_v2/results.json, run "heldout" (T=0,
+# batch 1, tau_mean = mean tokens committed per target forward, bonus included); the 90-node
+# SpecBlock tree from its run "heldout_calibrated". None: no measured tau at that setting.
+TAU = {"target-only": 1.0, "prompt lookup": 4.09, "EAGLE-3 tree 16": 3.432, "SpecBlock shipped tree 16": 1.671,
+       "SpecBlock tree 90": 1.92, "DFlash block 8": 2.038}
+PHASE_GRID = [(topo, b, ctx) for topo in ("v5p:2x2x1", "v6e:2x2") for b in (1, 32) for ctx in (2048, 8192)]
+COMPILE_TOPOS = ("v5e:2x2", "v5p:2x2x1", "v6e:2x2")
+SHIPPED = ("ar", "prompt_lookup", "eagle3", "specblock", "dflash", "blockpilot")
+TRAIN = [(TARGET, "v5e:2x4"), (TARGET, "v5p:2x2x1"), (TARGET, "v6e:2x4"), ("llama-3.1-70b", "v5p:2x4x4")]
+TRAIN_SIZES = [(8, 2048), (32, 4096)]
+
+
+def phase_jobs():
+    """Priority order: the full phase breakdown at batch 1, 2k on both topologies first."""
+    grid = sorted(PHASE_GRID, key=lambda g: (g[1] != 1 or g[2] != 2048, g))
+    for topo, b, ctx in grid:
+        full = b == 1 and ctx == 2048
+        for label, method, nodes, block in METHODS:
+            wanted = None if full else (("target_step",) if method == "ar" else ("spec_step",))
+            yield (f"phases|{topo}|{b}|{ctx}|{label}",
+                   dict(target_cfg=TARGET, method=method, topology=topo, batch=b, context=ctx, nodes=nodes,
+                        block=block, phases_wanted=wanted), label)
+
+
+def compile_jobs():
+    for topo in COMPILE_TOPOS:
+        for b in (1, 32):
+            for method in SHIPPED:
+                wanted = ("target_step",) if method == "ar" else ("spec_step",)
+                yield (f"compile|{topo}|{b}|{method}",
+                       dict(target_cfg=TARGET, method=method, topology=topo, batch=b, context=2048,
+                            phases_wanted=wanted, accounting="memory"), method)
+
+
+def train_jobs():
+    for target, topo in TRAIN:
+        for b, seq in TRAIN_SIZES:
+            for method in ("eagle3", "specblock", "dflash"):
+                yield (f"train|{target}|{topo}|{b}x{seq}|{method}",
+                       dict(target_cfg=target, method=method, topology=topo, train_batch=b, train_seq=seq,
+                            phases_wanted=("train_step",), accounting="memory"), method)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", choices=("phases", "compile", "train"), action="append")
+    ap.add_argument("--out", type=Path, default=HERE / "results.json")
+    args = ap.parse_args(argv)
+    data = json.loads(args.out.read_text()) if args.out.exists() else {"rows": {}}
+    data["machine"] = {"platform": platform.platform(), "cpus": 2, "compiler": "libtpu 0.0.42.1, jax 0.10.2"}
+    groups = {"phases": phase_jobs, "compile": compile_jobs, "train": train_jobs}
+    for group in args.only or ("phases", "compile", "train"):
+        for key, kw, label in groups[group]():
+            if key in data["rows"]:
+                continue
+            t0 = time.perf_counter()
+            try:
+                result = aot.price_method(**kw)
+            except Exception as e:  # noqa: BLE001 - a row's failure is a row
+                result = {"error": f"{type(e).__name__}: {e}"[:2000]}
+            result.update(label=label, tau=TAU.get(label), wall_s=round(time.perf_counter() - t0, 1),
+                          date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+            data["rows"][key] = result
+            args.out.write_text(json.dumps(data, indent=1))
+            print(key, result["wall_s"], "s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
