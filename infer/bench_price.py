@@ -94,14 +94,17 @@ class Pricer:
         key = (tuple(sorted(shape.items())), batch)
         if key not in self._cache:
             s = dict(shape)
+            wanted = ("target_step",) if s["method"] == "ar" else ("spec_step", "propose", "update")
             try:
                 rec = self._aot.price_method(self.target, s.pop("method"), self.spec.topology, batch=batch,
-                                             context=self.spec.context, max_new=self.spec.max_new, **s)
+                                             context=self.spec.context, max_new=self.spec.max_new,
+                                             phases_wanted=wanted, **s)
             except ValueError as e:  # an unknown topology (the message lists valid names), a bad setting
                 raise SystemExit(f"--price: {e}") from None
-            # a phase that failed, or whose estimate the cost model could not make (<= 0), has none
+            # a phase that failed, or whose estimate the cost model could not make (negative), has none
             self._cache[key] = {name: 1e3 * p["optimal_seconds"] for name, p in rec["phases"].items()
-                                if p.get("compiled") and (p.get("optimal_seconds") or 0) > 0}
+                                if p.get("compiled") and p.get("optimal_seconds") is not None
+                                and p["optimal_seconds"] >= 0}
         return self._cache[key]
 
     def row(self, drafter, tau_run: float, batch: int) -> dict:

@@ -10,7 +10,7 @@ from specblock_jax import aot
 from specblock_jax.decoding.auto import AutoServe
 from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax_cli.infer import bench
-from specblock_jax_cli.infer.bench_price import PRICED_KEYS, PriceSpec, method_shape
+from specblock_jax_cli.infer.bench_price import PRICED_KEYS, PriceSpec, Pricer, method_shape
 
 needs_libtpu = pytest.mark.skipif(not aot.topology.libtpu_installed(),
                                   reason="needs libtpu: pip install 'specblock-jax[tpu]'")
@@ -23,34 +23,51 @@ def _prompts(tmp_path, n=2):
 
 
 @needs_libtpu
-def test_bench_prices_each_method_once_beside_the_measured_columns(tiny_ckpt, tmp_path, monkeypatch):
+def test_bench_prices_each_method_beside_the_measured_columns(tiny_ckpt, tmp_path, monkeypatch):
     calls = []
     real = aot.price_method
     monkeypatch.setattr(aot, "price_method", lambda *a, **k: calls.append((a[1], k.get("nodes"))) or real(*a, **k))
     out = tmp_path / "bench"
     # priced at the tiny checkpoint's own shapes (a preset name works the same; this compiles fastest)
     assert bench.main(["--target", str(tiny_ckpt), "--prompts", str(_prompts(tmp_path)), "--out-dir", str(out),
-                       "--methods", "prompt_lookup", "--temperatures", "0,1", "--max-new-tokens", "8",
-                       "--rounds", "1", "--warmup-prompts", "0",
-                       "--price", f"v5e:2x2,{tiny_ckpt}", "--price-context", "32"]) == 0
-    # two (temperature) groups, yet each (method, size) compiled once
-    assert sorted(calls, key=str) == [("ar", None), ("prompt_lookup", 8)]
+                       "--methods", "prompt_lookup", "--max-new-tokens", "8", "--rounds", "1",
+                       "--warmup-prompts", "0", "--price", f"v5e:2x2,{tiny_ckpt}", "--price-context", "32"]) == 0
+    assert sorted(calls, key=str) == [("ar", None), ("prompt_lookup", 8)]  # the method's own tree size
     data = json.loads((out / "results.json").read_text())
     assert data["meta"]["price"]["topology"] == "v5e:2x2" and data["meta"]["price"]["context"] == 32
-    rows = data["results"]
-    assert [(r["temperature"], r["method"]) for r in rows] == [(0.0, "ar"), (0.0, "prompt_lookup"),
-                                                                  (1.0, "ar"), (1.0, "prompt_lookup")]
-    for ar, pl in (rows[:2], rows[2:]):
-        assert set(PRICED_KEYS) <= set(ar) and set(PRICED_KEYS) <= set(pl)
-        assert ar["priced_step_ms"] > 0 and ar["priced_speedup"] == 1.0 and ar["priced_draft_ms_per_token"] is None
-        assert pl["priced_step_ms"] > 0 and pl["priced_draft_ms_per_token"] >= 0
-        # this run's acceptance x the priced target-only step / the priced speculative step
-        assert pl["priced_speedup"] == pytest.approx(pl["tau_run"] * ar["priced_step_ms"] / pl["priced_step_ms"])
-        assert pl["speedup"] > 0 and pl["tau_run"] >= 1  # the measured columns are still there
+    ar, pl = data["results"]
+    assert set(PRICED_KEYS) <= set(ar) and set(PRICED_KEYS) <= set(pl)
+    assert ar["priced_step_ms"] > 0 and ar["priced_speedup"] == 1.0 and ar["priced_draft_ms_per_token"] is None
+    assert pl["priced_step_ms"] > 0 and pl["priced_draft_ms_per_token"] >= 0
+    # this run's acceptance x the priced target-only step / the priced speculative step
+    assert pl["priced_speedup"] == pytest.approx(pl["tau_run"] * ar["priced_step_ms"] / pl["priced_step_ms"])
+    assert pl["speedup"] > 0 and pl["same_as_ar"] == 1.0  # the measured columns are still there
     md = (out / "results.md").read_text()
     assert "estimates, not measurements" in md and "acceptance (tau_run) from this run" in md
     assert "| priced step ms | priced speedup | priced draft ms/token |" in md
-    assert f"{rows[1]['priced_speedup']:.2f}x |" in md
+    assert f"{pl['priced_speedup']:.2f}x |" in md
+
+
+def test_pricer_compiles_each_shape_once_and_drops_phases_without_an_estimate(monkeypatch):
+    calls = []
+
+    def fake(target, method, topology, **kw):  # seconds per phase: what the TPU compiler would report
+        calls.append((method, kw.get("nodes"), kw["batch"]))
+        sec = {"target_step": 0.002} if method == "ar" else {"propose": 0.0002, "update": -1.0, "spec_step": 0.003}
+        return {"phases": {k: {"compiled": True, "optimal_seconds": v} for k, v in sec.items()}}
+
+    for name, fn in (("require_libtpu", lambda: None), ("get_topology", lambda t: t),
+                     ("load_target_config", lambda t: t), ("price_method", fake)):
+        monkeypatch.setattr(aot, name, fn)
+    pricer = Pricer(PriceSpec.parse("v5e:2x2,qwen3-8b", 512, 64))
+    row = pricer.row("prompt_lookup", 2.5, 4)
+    assert row["priced_step_ms"] == pytest.approx(3.0) and row["priced_speedup"] == pytest.approx(2.5 * 2 / 3)
+    assert row["priced_draft_ms_per_token"] is None  # update's estimate was negative: not priced
+    assert pricer.row("prompt_lookup", 1.5, 4)["priced_speedup"] == pytest.approx(1.5 * 2 / 3)
+    assert pricer.row(None, 1.0, 4) == {"priced_step_ms": pytest.approx(2.0), "priced_speedup": 1.0,
+                                        "priced_draft_ms_per_token": None}
+    pricer.row("prompt_lookup", 2.0, 8)  # another batch is another compile
+    assert calls == [("ar", None, 4), ("prompt_lookup", 8, 4), ("ar", None, 8), ("prompt_lookup", 8, 8)]
 
 
 def test_price_without_libtpu_fails_before_decoding_and_names_the_extra(tmp_path, monkeypatch):

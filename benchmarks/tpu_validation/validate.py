@@ -88,7 +88,7 @@ def price_point(pt: dict, accounting: str) -> dict:
     cfg = aot.load_preset(p["target"])
     common = dict(mesh=mesh, batch=batch, context=p["context"], max_new=p["max_new"], accounting=accounting)
     t0 = time.perf_counter()
-    ar = aot.price_method(cfg, "ar", p["topology"], **common)
+    ar = aot.price_method(cfg, "ar", p["topology"], phases_wanted=("target_step",), **common)
     out = {"mesh": mesh, "global_batch": batch, "cache_len": ar["cache_len"],
            "weight_floor_ms": 1e3 * weight_read_bytes(cfg) / (topo.chip.hbm_gbps * 1e9) / (
                topo.num_devices if p["chips"] == topo.num_devices else 1),
@@ -99,7 +99,7 @@ def price_point(pt: dict, accounting: str) -> dict:
         out["estimate"] = base
     else:
         spec = aot.price_method(cfg, method_string(p), p["topology"], nodes=p.get("nodes"),
-                                block=p.get("block_size"), **common)
+                                block=p.get("block_size"), phases_wanted=("spec_step",), **common)
         out["phases"]["spec"] = spec["phases"]
         step = step_ms(spec["phases"]["spec_step"], topo.chip)
         out["spec_step_ms"] = step
