@@ -12,13 +12,16 @@ is an estimate, not a measurement, and sits in its own columns:
                                x priced target-only step / priced speculative step
     priced_draft_ms_per_token  the priced drafting phases (propose + update) / tau_run
 
-Each (method kind, tree or block size, batch) compiles once per run (`Pricer` caches it); a
-column that cannot be priced (an `auto:` method, a phase that failed to compile) is None.
+Each (method kind, tree or block size, batch) compiles once per run (`Pricer` caches it), only the
+phases these columns read (no prefill). A column that cannot be priced (an `auto:` method, a phase
+that failed to compile or that the cost model could not estimate) is None. How far such estimates
+are from measured TPU figures: benchmarks/tpu_validation/.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
 from specblock_jax.decoding.auto import AutoServe
 from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
 
@@ -52,7 +55,8 @@ class PriceSpec:
                 f"decoding, step costs from the TPU compiler's cost model at {self.target}'s shapes on "
                 f"{self.topology} (prompt bucket {self.context} + {self.max_new} new tokens, this run's batch size): "
                 "priced_speedup = tau_run x priced target-only step / priced speculative step. "
-                "The compiler's estimate leaves out host overhead, launch gaps and collectives' latency.")
+                "The compiler's estimate leaves out host overhead, launch gaps and collectives' latency: "
+                "against published TPU measurements it priced steps fast (benchmarks/tpu_validation/).")
 
 
 def method_shape(drafter) -> dict | None:
