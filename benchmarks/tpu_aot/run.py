@@ -45,23 +45,37 @@ TRAIN = [(TARGET, "v5e:2x4"), (TARGET, "v5p:2x2x1"), (TARGET, "v6e:2x4"), ("llam
 TRAIN_SIZES = [(8, 2048), (32, 4096)]
 
 
+def _step(method: str) -> tuple[str, ...]:
+    return ("target_step",) if method == "ar" else ("spec_step",)
+
+
 def phase_jobs():
-    """Priority order: the full phase breakdown at batch 1, 2k on both topologies first."""
+    """The whole step of every method at batch 1, context 2k, on both topologies (the prefill
+    of the target-only rows too), then the batch 32 / 8k grid."""
     grid = sorted(PHASE_GRID, key=lambda g: (g[1] != 1 or g[2] != 2048, g))
     for topo, b, ctx in grid:
-        full = b == 1 and ctx == 2048
         for label, method, nodes, block in METHODS:
-            wanted = None if full else (("target_step",) if method == "ar" else ("spec_step",))
             yield (f"phases|{topo}|{b}|{ctx}|{label}",
                    dict(target_cfg=TARGET, method=method, topology=topo, batch=b, context=ctx, nodes=nodes,
-                        block=block, phases_wanted=wanted), label)
+                        block=block, phases_wanted=_step(method)), label)
+
+
+def breakdown_jobs():
+    """Every phase of one step (propose, tree_forward, verify_commit, update) for EAGLE-3 and
+    DFlash 16 on v5p at batch 1, context 2k."""
+    for label, method, nodes, block in METHODS:
+        if label in ("EAGLE-3 tree 16", "DFlash block 16"):
+            yield (f"breakdown|v5p:2x2x1|1|2048|{label}",
+                   dict(target_cfg=TARGET, method=method, topology="v5p:2x2x1", batch=1, context=2048,
+                        nodes=nodes, block=block,
+                        phases_wanted=("propose", "tree_forward", "verify_commit", "update")), label)
 
 
 def compile_jobs():
     for topo in COMPILE_TOPOS:
         for b in (1, 32):
             for method in SHIPPED:
-                wanted = ("target_step",) if method == "ar" else ("spec_step",)
+                wanted = _step(method)
                 yield (f"compile|{topo}|{b}|{method}",
                        dict(target_cfg=TARGET, method=method, topology=topo, batch=b, context=2048,
                             phases_wanted=wanted, accounting="memory"), method)
@@ -76,15 +90,22 @@ def train_jobs():
                             phases_wanted=("train_step",), accounting="memory"), method)
 
 
+MACHINE = {"platform": platform.platform(), "cpus": 2, "compiler": "libtpu 0.0.42.1 (jax[tpu]==0.10.2)",
+           "note": "shared with other jobs while it ran (load average 6-8 on 2 cores): compile times are inflated"}
+
+
+def _load(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {"rows": {}}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", choices=("phases", "compile", "train"), action="append")
+    ap.add_argument("--only", choices=("phases", "breakdown", "compile", "train"), action="append")
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
     args = ap.parse_args(argv)
-    data = json.loads(args.out.read_text()) if args.out.exists() else {"rows": {}}
-    data["machine"] = {"platform": platform.platform(), "cpus": 2, "compiler": "libtpu 0.0.42.1, jax 0.10.2"}
-    groups = {"phases": phase_jobs, "compile": compile_jobs, "train": train_jobs}
-    for group in args.only or ("phases", "compile", "train"):
+    data = _load(args.out)
+    groups = {"phases": phase_jobs, "breakdown": breakdown_jobs, "compile": compile_jobs, "train": train_jobs}
+    for group in args.only or ("phases", "breakdown", "compile", "train"):
         for key, kw, label in groups[group]():
             if key in data["rows"]:
                 continue
@@ -95,8 +116,12 @@ def main(argv=None) -> None:
                 result = {"error": f"{type(e).__name__}: {e}"[:2000]}
             result.update(label=label, tau=TAU.get(label), wall_s=round(time.perf_counter() - t0, 1),
                           date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+            data = _load(args.out)  # another run.py (another --only group) may have added rows
             data["rows"][key] = result
-            args.out.write_text(json.dumps(data, indent=1))
+            data["machine"] = MACHINE
+            tmp = args.out.with_suffix(".tmp")
+            tmp.write_text(json.dumps(data, indent=1))
+            tmp.replace(args.out)
             print(key, result["wall_s"], "s", flush=True)
 
 

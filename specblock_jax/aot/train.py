@@ -70,7 +70,7 @@ def _task(kind: str, settings: dict, target: Target):
 
 
 def price_train_step(cfg: ModelConfig, drafter: Any, topo: Topology, mesh: str | None, batch: int,
-                     seq: int, accounting: str = "multiplied") -> dict:
+                     seq: int, accounting: str = "unrolled") -> dict:
     """The train_step record (cost.py) of `drafter`'s kind for target `cfg`: global batch
     [batch, seq] tokens split over "data", the mesh default all-FSDP (`default_mesh(train=True)`)."""
     if drafter is None or getattr(drafter, "kind", None) not in TRAINABLE:
@@ -100,7 +100,9 @@ def price_train_step(cfg: ModelConfig, drafter: Any, topo: Topology, mesh: str |
         compiled = compile_for(main)
     except Exception as e:  # noqa: BLE001 - recorded (e.g. the compiler's out-of-memory)
         return cost.failed(e, topo.chip.hbm_bytes, time.perf_counter() - t0)
-    if cut:
+    if accounting == "memory":
+        priced, loop = None, "not priced"
+    elif cut:
         c1, c2 = (cost.costs(compile_for(v)) for v in cut)
         priced, loop = cost.multiplied(c1, c2, cfg.num_layers), "multiplied"
     else:
