@@ -120,7 +120,7 @@ def markdown(results: dict) -> str:
                 ms.append("")
             elif not rec.get("compiled"):
                 ms.append("failed")
-            elif rec["optimal_seconds"] < 0:
+            elif rec["optimal_seconds"] is None or rec["optimal_seconds"] < 0:
                 ms.append("n/a*")
             else:
                 ms.append(f"{rec['optimal_seconds'] * 1e3:.3f}")
@@ -131,9 +131,9 @@ def markdown(results: dict) -> str:
         lines.append(f"| {target} | {drafter} | {batch} | " + " | ".join(ms)
                      + f" | {gb:.2f} | {'yes' if fits else 'no'} | {comp:.0f} |")
     lines += ["", "The policy rows put the policy's forward in the prefill column (it runs once, after the "
-              "prefill). A failed phase keeps its error in results.json. n/a*: the compiler's `optimal_seconds` "
-              "is negative (about -2 s) for executables holding SpecBlock's tree builder (propose, and spec_step "
-              "which contains it): an estimate it could not make, not a time; their flops and bytes are in "
+              "prefill). A failed phase keeps its error in results.json. n/a*: no `optimal_seconds` from the compiler "
+              "for executables holding SpecBlock's tree building (propose, and spec_step which contains it): its "
+              "estimate there is negative (about -2 s), which aot records as none; their flops and bytes are in "
               "results.json. GB/device: the largest phase's arguments + outputs + temporaries per chip; fits: "
               "every phase within 95 GiB.", ""]
     return "\n".join(lines)
