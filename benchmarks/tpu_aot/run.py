@@ -82,8 +82,8 @@ def compile_jobs():
 
 
 def train_jobs():
-    for target, topo in TRAIN:
-        for b, seq in TRAIN_SIZES:
+    for b, seq in TRAIN_SIZES:
+        for target, topo in TRAIN:
             for method in ("eagle3", "specblock", "dflash"):
                 yield (f"train|{target}|{topo}|{b}x{seq}|{method}",
                        dict(target_cfg=target, method=method, topology=topo, train_batch=b, train_seq=seq,

@@ -12,7 +12,7 @@ GB = 1e9
 def roofline_seconds(record: dict, chip: str) -> float | None:
     """max(flops / peak bf16 FLOP/s, bytes accessed / HBM bandwidth) of a phase record on `chip`
     (per device): the same roofline as the compiler's `optimal_seconds`, from its counts."""
-    if not record.get("compiled"):
+    if not record.get("compiled") or record.get("flops") is None:
         return None
     c = CHIPS[chip]
     return max(record["flops"] / (c.bf16_tflops * 1e12), record["bytes_accessed"] / (c.hbm_gbps * 1e9))
@@ -38,6 +38,10 @@ def priced_speedup(result: dict, tau: float, key: str = "roofline") -> float | N
     return None if ar is None or not step else tau * ar / step
 
 
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x / GB, fmt)
+
+
 def _ms(x: float | None) -> str:
     return "-" if x is None else f"{1000 * x:.3f}"
 
@@ -57,6 +61,6 @@ def markdown_table(results: Iterable[dict]) -> str:
                 lines.append(f"{head} - | - | - | - | - | no ({err}) | {rec.get('compile_s', '-')} |")
                 continue
             lines.append(f"{head} {_ms(roofline_seconds(rec, r['chip']))} | {_ms(rec['optimal_seconds'])} | "
-                         f"{rec['flops'] / GB:.2f} | {rec['bytes_accessed'] / GB:.3f} | "
+                         f"{_num(rec['flops'], '.2f')} | {_num(rec['bytes_accessed'], '.3f')} | "
                          f"{rec['device_bytes'] / GB:.2f} | {'yes' if rec['fits'] else 'NO'} | {rec['compile_s']} |")
     return "\n".join(lines)
