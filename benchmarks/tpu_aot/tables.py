@@ -16,6 +16,44 @@ from pathlib import Path
 from specblock_jax.aot.report import roofline_seconds
 
 HERE = Path(__file__).resolve().parent
+HEADER = """# Qwen3-8B on TPU topologies, compiled ahead of time on a CPU (issue 39)
+
+**Estimates, not measurements.** No TPU ran. Every phase below is the library's own jitted
+function (`specblock_jax/aot`, docs/tpu_aot.md) compiled by libtpu 0.0.42.1 (`jax[tpu]==0.10.2`)
+for the named topology, from abstract bf16 arguments (no weights), on the 2-core x86-64 CPU
+(Linux VM) that runs the tests, shared with other jobs while these ran (load average 6-8: compile
+times are several times what the machine alone takes). Date: 2026-12-04.
+
+```
+python benchmarks/tpu_aot/run.py --only phases          # the phase rows (resumable)
+python benchmarks/tpu_aot/run.py --only train --only compile
+python benchmarks/tpu_aot/tables.py > benchmarks/tpu_aot/results.md   # this file
+```
+
+- **ms** = max(FLOPs / peak bf16 FLOP/s, bytes accessed / HBM bandwidth) per device, from the
+  compiler's per-device counts of the layers-unrolled program (`accounting="unrolled"`), attention
+  over the whole cache (context + 256 + N slots); v5p 459 TFLOP/s and 2,765 GB/s per chip, v6e
+  918 and 1,640. "compiler ms" = libtpu's own `optimal_seconds` (its own roofline; `-` where it
+  returned a negative value, i.e. no estimate).
+- **fits** = arguments + outputs + temporaries - donated bytes per device, from the compiler's
+  memory analysis, against the chip's HBM (v5e 16 GiB, v5p 95 GiB, v6e 32 GiB).
+- **Mesh**: decoding all chips tensor-parallel (`data=1,model=4` on 4 chips); training all FSDP
+  (`data=8` on 8 chips), the project's training plan.
+- **Priced speedup** = tau x priced target_step / priced step of the method, tau = mean tokens
+  committed per target forward (bonus included) measured on the embedded default (target v2, 12
+  layers) at T = 0, batch 1: `benchmarks/methods_v2/results.json`, run "heldout" (prompt lookup
+  4.09, EAGLE-3 16-node tree 3.432, SpecBlock shipped tree 1.671, DFlash block 8 2.038) and run
+  "heldout_calibrated" (SpecBlock 90-node tree 1.92). Acceptance from the miniature, costs from
+  the compiler at Qwen3-8B shapes; methods with no measured tau at that setting (EAGLE-3 chain,
+  DFlash 4 and 16) have none.
+- Drafters as released (docs/tpu_aot.md): EAGLE-3 1 layer + 32k draft vocabulary; SpecBlock 2
+  layers, block 4, 32k draft vocabulary (shipped tree: 16 nodes; the reference's tree: 90 nodes,
+  slot 0 drafts 10, beam 10, 2 blocks); DFlash 5 layers, features of decoder layers 1, 9, 17, 25,
+  33 (z-lab Qwen3-8B-DFlash-b16), at blocks 4, 8, 16. EAGLE-3 chain of 5 = top_k 1, depth 5, 6 nodes.
+- A step is priced, never the loop: `spec_step` = propose + tree forward + verification and
+  commit + update, greedy; `target_step` = one target-only token (with its sampling).
+
+"""
 DECODE = ("prefill", "target_step", "propose", "tree_forward", "verify_commit", "update", "spec_step")
 GB = 1e9
 
@@ -129,6 +167,7 @@ def main(argv=None) -> None:
     path = Path((argv or sys.argv[1:] or [HERE / "results.json"])[0])
     data = json.loads(path.read_text())
     rows = phase_rows(data["rows"])
+    print(HEADER)
     for topo, b, ctx in sorted({k[:3] for k in rows if k[1] == 1 and k[2] == 2048}):
         print(phases_table(rows, topo, b, ctx), "\n")
     print(grid_table(rows), "\n")
