@@ -59,11 +59,13 @@ size, temperature) group (results.json "meta.complete" says whether the run got 
 three lines: where the outputs went, the fastest method (pooled speedup [round min-max]), and the
 command that runs the same comparison on one's own checkpoint and drafter.
 Priced columns (`--price TOPO,PRESET`, needs the `tpu` extra; infer/bench_price.py): each method's
-decoding step compiled ahead of time for a TPU topology at a target preset's shapes (cache length
---price-context, the group's batch size), beside the measured columns: priced_step_ms,
-priced_speedup (tau_run of this run x priced target-only step / priced speculative step) and
+decoding step compiled ahead of time for a TPU topology at a target preset's shapes (or an HF
+folder's; prompt bucket --price-context + --max-new-tokens, the group's batch size), after its
+rounds and outside every timing, beside the measured columns: priced_step_ms, priced_speedup
+(tau_run of this run x priced target-only step / priced speculative step) and
 priced_draft_ms_per_token. Acceptance from this run, step costs from the TPU compiler's cost model:
-an estimate, not a measurement (the table's header says so). Each (method, size) compiles once.
+an estimate, not a measurement (the table's header says so). Each (method, size, batch) compiles
+once.
 """
 
 from __future__ import annotations
@@ -386,12 +388,14 @@ def parse_args(argv=None):
                    help="candidates of one knob for ':calibrate=true' methods (repeatable; each kind uses "
                         "its own knobs, the others keep decoding/calibrate.py's defaults), e.g. num_nodes=8,16")
     p.add_argument("--price", default=None, metavar="TOPO,PRESET",
-                   help="also price every method's decoding step with the TPU compiler (needs the tpu extra), "
-                        "e.g. v5p:2x2x1,qwen3-8b: columns priced_step_ms, priced_speedup (this run's tau x "
+                   help="also price every method's decoding step with the TPU compiler (needs the tpu extra) "
+                        "at a preset's (or HF folder's) shapes, e.g. v5p:2x2x1,qwen3-8b: columns "
+                        "priced_step_ms, priced_speedup (this run's tau x "
                         "priced target-only step / priced speculative step), priced_draft_ms_per_token; "
                         "an estimate, not a measurement")
     p.add_argument("--price-context", type=int, default=2048, metavar="C",
-                   help="cache length the priced steps attend over (default %(default)s)")
+                   help="prompt bucket of the priced steps; their cache holds it + --max-new-tokens "
+                        "(default %(default)s)")
     return p.parse_args(argv)
 
 
