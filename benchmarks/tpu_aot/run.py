@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -98,31 +101,55 @@ def _load(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {"rows": {}}
 
 
+def jobs(groups) -> dict:
+    table = {"phases": phase_jobs, "breakdown": breakdown_jobs, "compile": compile_jobs, "train": train_jobs}
+    return {key: (kw, label) for g in groups for key, kw, label in table[g]()}
+
+
+def run_row(key: str, kw: dict, label: str, out: Path) -> None:
+    """Prices one row and adds it to `out` (re-read first: another run.py may have added rows)."""
+    t0 = time.perf_counter()
+    try:
+        result = aot.price_method(**kw)
+    except Exception as e:  # noqa: BLE001 - a row's failure is a row
+        result = {"error": f"{type(e).__name__}: {e}"[:2000]}
+    _write(out, key, result, label, time.perf_counter() - t0)
+
+
+def _write(out: Path, key: str, result: dict, label: str, seconds: float) -> None:
+    result.update(label=label, tau=TAU.get(label), wall_s=round(seconds, 1),
+                  date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    data = _load(out)
+    data["rows"][key] = result
+    data["machine"] = MACHINE
+    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(out)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", choices=("phases", "breakdown", "compile", "train"), action="append")
     ap.add_argument("--out", type=Path, default=HERE / "results.json")
+    ap.add_argument("--row", default=None, help="price this one row in this process (used by the loop)")
     args = ap.parse_args(argv)
-    data = _load(args.out)
-    groups = {"phases": phase_jobs, "breakdown": breakdown_jobs, "compile": compile_jobs, "train": train_jobs}
-    for group in args.only or ("phases", "breakdown", "compile", "train"):
-        for key, kw, label in groups[group]():
-            if key in data["rows"]:
-                continue
-            t0 = time.perf_counter()
-            try:
-                result = aot.price_method(**kw)
-            except Exception as e:  # noqa: BLE001 - a row's failure is a row
-                result = {"error": f"{type(e).__name__}: {e}"[:2000]}
-            result.update(label=label, tau=TAU.get(label), wall_s=round(time.perf_counter() - t0, 1),
-                          date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-            data = _load(args.out)  # another run.py (another --only group) may have added rows
-            data["rows"][key] = result
-            data["machine"] = MACHINE
-            tmp = args.out.with_suffix(".tmp")
-            tmp.write_text(json.dumps(data, indent=1))
-            tmp.replace(args.out)
-            print(key, result["wall_s"], "s", flush=True)
+    groups = args.only or ("phases", "breakdown", "compile", "train")
+    todo = jobs(("phases", "breakdown", "compile", "train") if args.row else groups)
+    if args.row:
+        run_row(args.row, *todo[args.row], args.out)
+        return
+    for key, (kw, label) in todo.items():
+        if key in _load(args.out)["rows"]:
+            continue
+        # one process per row: a compiler crash (libtpu aborts on some programs) ends only its row
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, __file__, "--row", key, "--out", str(args.out)],
+                              capture_output=True, text=True)
+        if key not in _load(args.out)["rows"]:
+            tail = [ln for ln in proc.stderr.splitlines() if "Check failed" in ln or "Error" in ln][-3:]
+            _write(args.out, key, {"error": f"the compile process died (exit {proc.returncode}): "
+                                            + " | ".join(tail)[:1500]}, label, time.perf_counter() - t0)
+        print(key, round(time.perf_counter() - t0, 1), "s", flush=True)
 
 
 if __name__ == "__main__":
