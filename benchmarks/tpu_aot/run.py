@@ -146,7 +146,9 @@ def main(argv=None) -> None:
         proc = subprocess.run([sys.executable, __file__, "--row", key, "--out", str(args.out)],
                               capture_output=True, text=True)
         if key not in _load(args.out)["rows"]:
-            tail = [ln for ln in proc.stderr.splitlines() if "Check failed" in ln or "Error" in ln][-3:]
+            lines = proc.stderr.splitlines()
+            tail = [ln for ln in lines if "Check failed" in ln][-1:] or [
+                ln for ln in lines if ln.strip() and "worker hostname" not in ln and "WARNING" not in ln][-2:]
             _write(args.out, key, {"error": f"the compile process died (exit {proc.returncode}): "
                                             + " | ".join(tail)[:1500]}, label, time.perf_counter() - t0)
         print(key, round(time.perf_counter() - t0, 1), "s", flush=True)

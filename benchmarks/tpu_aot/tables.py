@@ -81,7 +81,7 @@ def _fits(rec):
 def phase_rows(rows: dict):
     out = {}
     for key, r in rows.items():
-        if key.startswith("phases|") and "phases" in r:
+        if key.startswith("phases|"):
             _, topo, b, ctx, label = key.split("|")
             out[(topo, int(b), int(ctx), label)] = r
     return out
@@ -89,7 +89,7 @@ def phase_rows(rows: dict):
 
 def ar_step_ms(rows, topo, b, ctx):
     ar = rows.get((topo, b, ctx, "target-only"))
-    return None if ar is None else _ms(ar["phases"].get("target_step"), ar["chip"])
+    return None if ar is None or "phases" not in ar else _ms(ar["phases"].get("target_step"), ar["chip"])
 
 
 def speedup(rows, key, r):
@@ -105,6 +105,10 @@ def phases_table(rows, topo, b, ctx) -> str:
              "|" + "---|" * (len(DECODE) + 7)]
     for (t, bb, cc, label), r in rows.items():
         if (t, bb, cc) != (topo, b, ctx):
+            continue
+        if "phases" not in r:
+            lines.append(f"| {label} | - | " + " | ".join("-" for _ in DECODE) +
+                         f" | - | not compiled: {r['error'][:160]} | {_f(r.get('tau'))} | - | - |")
             continue
         ph = r["phases"]
         step = ph.get("spec_step") or ph.get("target_step")
@@ -127,8 +131,8 @@ def grid_table(rows) -> str:
         cells = []
         for t, b, c in keys:
             r = rows.get((t, b, c, label))
-            if r is None:
-                cells.append("not run")
+            if r is None or "phases" not in r:
+                cells.append("not run" if r is None else "compiler crashed")
                 continue
             step = r["phases"].get("spec_step") or r["phases"].get("target_step")
             sp = speedup(rows, (t, b, c, label), r)
