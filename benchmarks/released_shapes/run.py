@@ -92,9 +92,10 @@ def markdown(results: dict) -> str:
     lines = [
         "# Released SpecBlock and BlockPilot drafters at deployment shapes (TPU v5p:2x2x1)",
         "",
-        f"Command: `.venv/bin/python benchmarks/released_shapes/run.py` (the library under `specblock-aot`:",
-        "`aot.price_method`). Machine: this 2-core CPU host with libtpu's compiler (no TPU: nothing ran on",
-        f"one). Topology {TOPOLOGY}: 4 TPU v5p chips, 95 GiB HBM each, tensor-parallel over 4; context {CONTEXT},",
+        "Date: 2026-12-04. Command: `.venv/bin/python benchmarks/released_shapes/run.py` (the library",
+        "under `specblock-aot`: `aot.price_method`). Machine: this 2-core CPU host with libtpu's compiler",
+        f"(no TPU: nothing ran on one). Topology {TOPOLOGY}: 4 TPU v5p chips, 95 GiB HBM each,",
+        f"tensor-parallel over 4; context {CONTEXT},",
         "256 new tokens; bf16; no weights (abstract shapes). Times are the TPU compiler's own estimate",
         "(`optimal_seconds`, a roofline over FLOPs and bytes per device), not measurements; "
         "see docs/tpu_aot.md.",
@@ -105,6 +106,10 @@ def markdown(results: dict) -> str:
         "default's budget (`num_nodes=90:root_topk=10`). BlockPilot rows: z-lab's Qwen3-8B-DFlash-b16 at",
         "block 18 (the top of the 14..18 window), and the released policy MLP (151,936 -> 2,048 -> 2,048 ->",
         "5, once per request after the prefill).",
+        "",
+        "One row by hand: `specblock-aot --target qwen3-8b --method FOLDER --topology v5p:2x2x1 --out r.json`,",
+        "FOLDER being the config-only drafter folder run.py writes from the released config (`_specblock_folder`:",
+        "`hf_format.import_meta` against the preset, no weights); BlockPilot: `--method blockpilot --block-size 18`.",
         "",
         "| target | drafter | batch | " + " | ".join(f"{p} ms" for p in PHASES)
         + " | max GB/device | fits | compile s |",
