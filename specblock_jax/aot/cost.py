@@ -59,12 +59,16 @@ def memory(compiled) -> dict[str, int]:
     return out
 
 
-def multiplied(c1: dict[str, float], c2: dict[str, float], layers: int) -> dict[str, float | None]:
-    """Costs of an L-layer program from those of its 1- and 2-layer cuts: c1 + (L - 1) (c2 - c1)
-    (every cost that depends on the depth grows linearly with it). optimal_seconds is None
-    when either cut has no estimate (a negative value)."""
-    out: dict[str, float | None] = {k: c1[k] + (layers - 1) * (c2[k] - c1[k]) for k in COST_KEYS}
-    if min(c1["optimal_seconds"], c2["optimal_seconds"]) < 0:
+CUTS = (2, 3)  # depths of the cuts "multiplied" extrapolates from (a 1-layer program fuses differently)
+
+
+def multiplied(c_a: dict[str, float], c_b: dict[str, float], layers: int) -> dict[str, float | None]:
+    """Costs of an L-layer program from those of its CUTS-deep cuts a < b = a + 1:
+    c_a + (L - a) (c_b - c_a) (every cost that depends on the depth grows linearly with it).
+    optimal_seconds is None when either cut has no estimate (a negative value)."""
+    a = CUTS[0]
+    out: dict[str, float | None] = {k: c_a[k] + (layers - a) * (c_b[k] - c_a[k]) for k in COST_KEYS}
+    if min(c_a["optimal_seconds"], c_b["optimal_seconds"]) < 0:
         out["optimal_seconds"] = None
     return out
 
@@ -121,9 +125,9 @@ class Variant:
 def variants(cfg: ModelConfig, drafter: Any, accounting: str) -> tuple[Variant, list[Variant]]:
     """(the L-layer variant, the cut variants whose costs price it; [] = the L-layer one's own
     costs ("unrolled"), or none ("memory"))."""
-    if accounting == "unrolled":
+    if accounting == "unrolled" or (accounting == "multiplied" and cfg.num_layers <= CUTS[-1]):
         return Variant(cfg.replace(scan_unroll=cfg.num_layers), drafter), []
     if accounting == "memory":
         return Variant(cfg.replace(scan_unroll=1), drafter), []
-    cut = [Variant(cfg.replace(num_layers=k, scan_unroll=k), for_layers(drafter, k)) for k in (1, 2)]
+    cut = [Variant(cfg.replace(num_layers=k, scan_unroll=k), for_layers(drafter, k)) for k in CUTS]
     return Variant(cfg.replace(scan_unroll=1), drafter), cut

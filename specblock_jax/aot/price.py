@@ -14,10 +14,11 @@ Layer accounting. XLA's cost analysis counts a loop body once, and inside the ro
 it charges each dynamic slice of the stacked weights and cache as a read of the whole stack, so
 costs come from straight-line programs. "unrolled" (the default) compiles all L layers unrolled
 (`ModelConfig.scan_unroll = L`): costs and memory of that exact program. "multiplied" compiles
-the target cut to 1 and to 2 layers (unrolled; drafter feature layers clamped, shapes unchanged)
-and prices L layers as c1 + (L - 1) (c2 - c1): exact for FLOPs, which grow linearly with depth;
-the compiler's bytes accessed do not (its fusion choices differ from one depth to the next, by
-up to ~35% per layer at Qwen3-8B shapes), so bytes and time from it are rough. Memory, `compiled`
+the target cut to 2 and to 3 layers (unrolled; drafter feature layers clamped, shapes unchanged)
+and prices L layers as c2 + (L - 2) (c3 - c2): exact for FLOPs, which grow linearly with depth;
+the compiler's bytes accessed do not (its fusion choices differ from one depth to the next: at
+Qwen3-8B shapes the one-token step's bytes from the 2/3 cuts are 10% under the unrolled program's,
+from 1/2 cuts 34% over), so bytes and time from it are rough. Memory, `compiled`
 and `fits` come from the L-layer executable (rolled, the one the library runs, for "multiplied"
 and "memory").
 """
