@@ -54,6 +54,29 @@ python benchmarks/tpu_aot/tables.py > benchmarks/tpu_aot/results.md   # this fil
   commit + update, greedy; `target_step` = one target-only token (with its sampling).
 
 """
+FOOTER = """
+## Reading the tables
+
+- **Decoding is weight-bound at batch 1**: Qwen3-8B's one-token step on 4 v5p chips is priced at
+  1.42 ms (3.92 GB read per chip; DESIGN.md's anchor ~1.4 ms), and a speculative step costs
+  1.35-2.6x that, not ~1x. The drafter's weights are read once per sequential drafter forward
+  (EAGLE-3: 4 expansions + the update), so EAGLE-3's 6-node chain of 5 costs what its 16-node
+  tree costs (2.48 ms): depth, not width, sets the price. Prompt lookup, with no network, still
+  prices at 1.35x a one-token step; what else its step reads was not broken down in this run
+  (`run.py --only breakdown` prices propose / tree_forward / verify_commit / update apart).
+- **DFlash's head is not sharded**: its decoding params carry the target's LM head as `head`
+  [4096, 151936], which no rule of `parallel/mesh.py` PARAM_RULES matches, so every chip holds
+  and reads all 1.24 GB of it (the DFlash rows' 6.9 GB per chip against EAGLE-3's 5.3 GB).
+- **Priced speedups use the miniature's tau**, whose drafters are small and weakly trained
+  (SpecBlock 1.67, DFlash block 8 2.04): at these taus SpecBlock and DFlash price below 1x. Real
+  released drafters accept more; the priced step costs are the part this table adds.
+- **Training memory**: EAGLE-3's 7-step training-time test with a 32k draft vocabulary at 8 x
+  2,048 tokens needs 18.0 GB per v5e chip (does not fit 16 GiB) and fits a v5p-8 slice (67.7 GB
+  of 95); SpecBlock's multi-block training step runs out of memory at that size on both (the
+  compiler asks 79 and 149 GB); DFlash fits a v5e-8 at 6.4 GB.
+- Rows missing from the grids were not run before the session's deadline (each Qwen3-8B compile
+  took 2-14 minutes on the shared 2-core CPU); `run.py` resumes them.
+"""
 DECODE = ("prefill", "target_step", "propose", "tree_forward", "verify_commit", "update", "spec_step")
 GB = 1e9
 
@@ -177,6 +200,7 @@ def main(argv=None) -> None:
     print(grid_table(rows), "\n")
     print(compile_table(data["rows"]), "\n")
     print(train_table(data["rows"]))
+    print(FOOTER)
 
 
 if __name__ == "__main__":
