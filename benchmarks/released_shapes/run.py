@@ -141,6 +141,10 @@ def markdown(results: dict) -> str:
               "estimate there is negative (about -2 s), which aot records as none; their flops and bytes are in "
               "results.json. GB/device: the largest phase's arguments + outputs + temporaries per chip; fits: "
               "every phase within 95 GiB.", ""]
+    missing = [k for k, _ in rows() if k not in results]
+    if missing:
+        lines += [f"Not run yet (each about 15-25 min of compiles here; rerun run.py to add them): "
+                  f"{', '.join(missing)}.", ""]
     return "\n".join(lines)
 
 
