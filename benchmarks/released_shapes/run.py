@@ -112,8 +112,8 @@ def markdown(results: dict) -> str:
         "`hf_format.import_meta` against the preset, no weights); BlockPilot: `--method blockpilot --block-size 18`.",
         "",
         "| target | drafter | batch | " + " | ".join(f"{p} ms" for p in PHASES)
-        + " | max GB/device | fits | compile s |",
-        "|---|---|---|" + "---|" * (len(PHASES) + 3),
+        + " | max GB/device | fits | compile s | layer loop |",
+        "|---|---|---|" + "---|" * (len(PHASES) + 4),
     ]
     for key, r in results.items():
         target, drafter, batch = key.split("|")
@@ -134,13 +134,17 @@ def markdown(results: dict) -> str:
         fits = all(x.get("fits") for x in phases.values())
         comp = sum(x.get("compile_s", 0) for x in phases.values())
         lines.append(f"| {target} | {drafter} | {batch} | " + " | ".join(ms)
-                     + f" | {gb:.2f} | {'yes' if fits else 'no'} | {comp:.0f} |")
+                     + f" | {gb:.2f} | {'yes' if fits else 'no'} | {comp:.0f} | {r.get('accounting') or 'none'} |")
     lines += ["", "The policy rows put the policy's forward in the prefill column (it runs once, after the "
               "prefill). A failed phase keeps its error in results.json. n/a*: no `optimal_seconds` from the compiler "
               "for executables holding SpecBlock's tree building (propose, and spec_step which contains it): its "
               "estimate there is negative (about -2 s), which aot records as none; their flops and bytes are in "
               "results.json. GB/device: the largest phase's arguments + outputs + temporaries per chip; fits: "
-              "every phase within 95 GiB.", ""]
+              "every phase within 95 GiB. Layer loop: how aot counted the target's layers (`unrolled`: all "
+              "layers in one compile, aot's default since 2026-12-04 08:20; `multiplied`: the Llama row, priced "
+              "before that from 1- and 2-layer cuts, which aot's own check later found up to 34% over on bytes: "
+              "read its ms as an upper estimate; its memory and fit come from the real 1-layer-loop executable "
+              "either way).", ""]
     missing = [k for k, _ in rows() if k not in results]
     if missing:
         lines += [f"Not run yet (each about 15-25 min of compiles here; rerun run.py to add them): "
