@@ -143,8 +143,7 @@ def markdown(results: dict) -> str:
               "every phase within 95 GiB. Layer loop: how aot counted the target's layers (`unrolled`: all "
               "layers in one compile, aot's default since 2026-12-04 08:20; `multiplied`: the Llama row, priced "
               "before that from 1- and 2-layer cuts, which aot's own check later found up to 34% over on bytes: "
-              "read its ms as an upper estimate; its memory and fit come from the real 1-layer-loop executable "
-              "either way).", ""]
+              "read its ms as likely high).", ""]
     missing = [k for k, _ in rows() if k not in results]
     if missing:
         lines += [f"Not run yet (each about 15-25 min of compiles here; rerun run.py to add them): "
