@@ -177,11 +177,7 @@ def export(drafter, flat: dict, vocab, path: str | Path, fmt: str, dtype: str = 
     if flat:
         raise ValueError(f"export {fmt}: parameters without a tensor name: {sorted(flat)}")
     if vocab is not None:
-        order = np.argsort(vocab.d2t, kind="stable")
-        d2t = np.asarray(vocab.d2t, np.int64)[order]
-        tensors["lm_head.weight"] = tensors["lm_head.weight"][order]
-        tensors["d2t"] = d2t - np.arange(d2t.shape[0], dtype=np.int64)
-        tensors["t2d"] = np.asarray(vocab.t2d) >= 0
+        tensors.update(draft_vocab.eagle3_tensors(vocab, tensors["lm_head.weight"]))
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     config = hf_config(fmt, drafter, max(max_positions, 1), dtype, verifier, chat, verifier_architectures)
     (path / "config.json").write_text(json.dumps(config, indent=2))

@@ -326,11 +326,7 @@ def export(drafter, flat: dict, vocab, path: str | Path, dtype: str = "bfloat16"
     if flat:
         raise ValueError(f"export specblock_hf: parameters without a tensor name: {sorted(flat)}")
     if vocab is not None:
-        order = np.argsort(vocab.d2t, kind="stable")
-        d2t = np.asarray(vocab.d2t, np.int64)[order]
-        tensors["lm_head.weight"] = tensors["lm_head.weight"][order]
-        tensors["d2t"] = d2t - np.arange(d2t.shape[0], dtype=np.int64)
-        tensors["t2d"] = np.asarray(vocab.t2d) >= 0
+        tensors.update(draft_vocab.eagle3_tensors(vocab, tensors["lm_head.weight"]))
     else:
         tensors["d2t"] = np.zeros((c.vocab_size,), np.int64)
         tensors["t2d"] = np.ones((c.vocab_size,), bool)
