@@ -17,29 +17,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specblock_jax.drafters import specblock_released
+
 
 # ------------------------------------------------------------------------------------ SpecBlock
 
 # The released drafters' configs (shiweijiezero/SpecBlock configs/specblock/{qwen3,llama3}-8B-specblock.json,
 # which `save_pretrained` writes back as config.json), with the target preset each was trained for.
-PUBLIC_CONFIGS = {
-    "qwen3-8b": {"architectures": ["LlamaForCausalLMSpecBlockShift"], "bos_token_id": 151643,
-                 "eos_token_id": 151645, "pad_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
-                 "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
-                 "max_position_embeddings": 2048, "model_type": "llama", "num_attention_heads": 32,
-                 "num_key_value_heads": 8, "num_hidden_layers": 2, "rms_norm_eps": 1e-06, "rope_scaling": None,
-                 "rope_theta": 1000000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-                 "transformers_version": "4.51.0", "use_cache": True, "vocab_size": 151936,
-                 "draft_vocab_size": 32000, "diffspec_draft_token_num": 4, "rank_classes": 4},
-    "llama-3.1-8b": {"architectures": ["LlamaForCausalLMSpecBlock"], "bos_token_id": 128000,
-                     "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
-                     "intermediate_size": 14336, "max_position_embeddings": 2048, "model_type": "llama",
-                     "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 2,
-                     "pad_token_id": 0, "rms_norm_eps": 1e-05, "tie_word_embeddings": False,
-                     "torch_dtype": "float16", "transformers_version": "4.28.1", "use_cache": True,
-                     "vocab_size": 128256, "draft_vocab_size": 32000, "diffspec_draft_token_num": 4,
-                     "rank_classes": 4},
-}
+PUBLIC_CONFIGS = specblock_released.RELEASED_CONFIGS  # plain data, kept in the library for specblock-aot
 
 
 def specblock_config(h, inter, heads, kv, layers, vocab, draft_vocab, k, aux_ids, theta=10000.0, eps=1e-6,

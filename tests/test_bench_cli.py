@@ -151,11 +151,11 @@ def test_an_interrupted_bench_keeps_the_groups_it_finished(tiny_ckpt, tmp_path, 
     prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\n" * (i + 2)}) + "\n" for i in range(2)))
     out, real, calls = tmp_path / "bench", bench.run_rounds, []
 
-    def dies_in_the_second_group(target, prompts, methods, temperature, batch_size, args, cal_prompts):
+    def dies_in_the_second_group(target, prompts, methods, temperature, batch_size, args, *rest):
         calls.append(temperature)
         if temperature == 1.0:
             raise KeyboardInterrupt  # the run is killed while the T=1 group decodes
-        return real(target, prompts, methods, temperature, batch_size, args, cal_prompts)
+        return real(target, prompts, methods, temperature, batch_size, args, *rest)
 
     monkeypatch.setattr(bench, "run_rounds", dies_in_the_second_group)
     with pytest.raises(KeyboardInterrupt):

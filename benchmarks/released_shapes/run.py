@@ -5,7 +5,7 @@ does the TPU compiler price their step at.
     .venv/bin/python benchmarks/released_shapes/run.py [--out benchmarks/released_shapes]
 
 No weights anywhere. SpecBlock: the released config.json (shiweijiezero/SpecBlock
-configs/specblock/{qwen3,llama3}-8B-specblock.json, tests/released_reference.py PUBLIC_CONFIGS) is
+configs/specblock/{qwen3,llama3}-8B-specblock.json, specblock_released.RELEASED_CONFIGS) is
 imported against the target preset by `hf_format.import_meta` (every field checked) and written as
 a config-only drafter folder, which `aot.price_method` (the library under `specblock-aot`) sizes
 abstractly. Trees: the shipped one (16 nodes) and the public serving default's ~90 nodes
@@ -25,8 +25,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests"))  # released_reference.PUBLIC_CONFIGS (plain data)
 
 TOPOLOGY = "v5p:2x2x1"
 CONTEXT = 2048
@@ -34,12 +32,10 @@ PHASES = ("prefill", "target_step", "propose", "tree_forward", "verify_commit", 
 
 
 def _specblock_folder(preset: str, tmp: Path) -> Path:
-    from released_reference import PUBLIC_CONFIGS
-
     from specblock_jax.aot import load_preset
-    from specblock_jax.drafters import hf_format
+    from specblock_jax.drafters import hf_format, specblock_released
 
-    hf = PUBLIC_CONFIGS[preset]
+    hf = specblock_released.RELEASED_CONFIGS[preset]
     meta = hf_format.import_meta(tmp / f"SpecBlock-{preset}", hf, load_preset(preset))
     folder = tmp / f"specblock-{preset}"
     folder.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,29 @@ ARCH = "LlamaForCausalLMSpecBlock"  # their loader takes any architecture name c
 RANK_CLASSES, RANK_HIDDEN, DEFAULT_K = 4, 256, 7
 
 
+# The config.json of the released checkpoints (weijiezz/SpecBlock-Qwen3-8B and
+# weijiezz/SpecBlock-Llama-3.1-8B-Instruct), by the target preset they serve: with the presets of
+# specblock_jax.aot they load abstractly, no weights, at deployment shapes.
+RELEASED_CONFIGS = {
+    "qwen3-8b": {"architectures": ["LlamaForCausalLMSpecBlockShift"], "bos_token_id": 151643,
+                 "eos_token_id": 151645, "pad_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+                 "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
+                 "max_position_embeddings": 2048, "model_type": "llama", "num_attention_heads": 32,
+                 "num_key_value_heads": 8, "num_hidden_layers": 2, "rms_norm_eps": 1e-06, "rope_scaling": None,
+                 "rope_theta": 1000000, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                 "transformers_version": "4.51.0", "use_cache": True, "vocab_size": 151936,
+                 "draft_vocab_size": 32000, "diffspec_draft_token_num": 4, "rank_classes": 4},
+    "llama-3.1-8b": {"architectures": ["LlamaForCausalLMSpecBlock"], "bos_token_id": 128000,
+                     "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+                     "intermediate_size": 14336, "max_position_embeddings": 2048, "model_type": "llama",
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 2,
+                     "pad_token_id": 0, "rms_norm_eps": 1e-05, "tie_word_embeddings": False,
+                     "torch_dtype": "float16", "transformers_version": "4.28.1", "use_cache": True,
+                     "vocab_size": 128256, "draft_vocab_size": 32000, "diffspec_draft_token_num": 4,
+                     "rank_classes": 4},
+}
+
+
 def is_released(hf: dict) -> bool:
     return any("SpecBlock" in a for a in hf.get("architectures") or [])
 
