@@ -75,10 +75,9 @@ def test_a_drafter_with_a_draft_vocabulary_is_lossless_and_drafts_only_its_ids(t
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, V, rng.integers(2, 15)).tolist() for _ in range(8)]
     ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=4)
-    for batch in (1, 4):
-        spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, bundle), max_new_tokens=16,
-                            batch_size=batch)
-        assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
+    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, bundle), max_new_tokens=16,
+                        batch_size=4)  # (batch 1 against batch 4 is test_speculative's, without the map)
+    assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
     if kind == "eagle3":  # drafts in the reduced vocabulary are accepted: mean tau 1.19 here, 1.08
         # when the same drafter skips the d2t map (its raw ids then stand for the wrong tokens)
         assert np.mean([s.stats.tau for s in spec]) > 1.12

@@ -108,14 +108,15 @@ def test_training_time_test_matches_decoding_side_drafting(target, task):
     state = drafter.init_state(model_params, pre, 32)
     ctx = sbj.drafters.DraftContext(jnp.zeros((1, 40), jnp.int32), jnp.asarray([6]), jnp.asarray([root]),
                                     jnp.asarray([5]))
-    tree, _ = drafter.propose(model_params, state, ctx, None)
-    # training side: one sequence per depth-1 token x: prefix, root, x, pad
+    tree, _ = jax.jit(drafter.propose)(model_params, state, ctx, None)
+    # training side
     model = nnx.merge(task.graphdef, params)
-    logq0, logq1 = None, {}
-    for x in range(V):
-        seq = jnp.asarray([prefix + [root, x, 0]])
-        h, lg = _features(target, seq, task.config.feature_layers)
-        # the TTT recurrence of eagle3_train.ttt_loss, reading the step logits at index t = 4
+
+    @jax.jit
+    def ttt_logq(seq):
+        """The TTT recurrence of eagle3_train.ttt_loss on one sequence [1, T]: the step-0 and step-1
+        log-probs at index t = 4 (one compile; the V sequences share it)."""
+        h, _ = _features(target, seq, task.config.feature_layers)
         b, t = seq.shape
         idx = jnp.arange(t)
         feat = model.fuse(h)
@@ -130,8 +131,11 @@ def test_training_time_test_matches_decoding_side_drafting(target, task):
             mask = jnp.broadcast_to(jnp.concatenate(blocks, axis=1), (b, t, t * (j + 1)))
             feat = model.layer.finish(feat, attend(q, jnp.concatenate(keys, 1), jnp.concatenate(values, 1), mask))
             outs.append(jax.nn.log_softmax(model.logits(feat), -1)[0, 4])
-        logq0 = outs[0]
-        logq1[x] = outs[1]
+        return outs
+
+    logq1 = {}
+    for x in range(V):  # one sequence per depth-1 token x: prefix, root, x, pad
+        logq0, logq1[x] = ttt_logq(jnp.asarray([prefix + [root, x, 0]]))
     np.testing.assert_allclose(jax.nn.log_softmax(state.logits[0]), logq0, atol=1e-5)
     pairs = sorted(((float(logq0[x] + logq1[x][c]), x, c) for x, c in itertools.product(range(V), range(V))),
                    reverse=True)[:V]

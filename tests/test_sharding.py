@@ -188,11 +188,11 @@ def test_sharded_decoding_is_token_identical(tmp_path):
     for name, methods in res["meshes"].items():
         for method, entry in methods.items():
             assert entry["identical"], (name, method)
-    assert "eagle3" in res["meshes"]["4x2"] and "blockpilot" in res["meshes"]["4x2"]
-    assert "specblock" in res["meshes"]["8x1"] and "specblock" in res["meshes"]["2x4"]
+    assert set(res["meshes"]["4x2"]) == {"prompt_lookup", "eagle3", "blockpilot"}
+    assert set(res["meshes"]["8x1"]) == {"ar"} and set(res["meshes"]["2x4"]) == {"specblock"}
     assert all(res["one_device_equals_ar"].values()), res["one_device_equals_ar"]  # greedy = the target's
     assert res["meshes"]["8x1"]["ar"]["batch_size"] == 8  # batch 4 rounded up to the data axis
-    assert max(res["meshes"]["2x4"]["prompt_lookup"]["taus"]) > 1  # drafts really accepted
+    assert max(res["meshes"]["4x2"]["prompt_lookup"]["taus"]) > 1  # drafts really accepted
     assert res["cache_spec_2x4"] == "P(None, 'data', 'model', None, None)"  # [L, B, K, S, D]
     assert res["q_proj_spec_2x4"] == "P(None, None, 'model', None)"  # [L, H, N, D]
     # inside the compiled loop (S = 96) every cache buffer is split: [L, B/2, K/4, S, D] per device (and

@@ -19,22 +19,11 @@ import time
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 import specblock_jax as sbj
 from specblock_jax.adaptation import AdaptConfig, Adapter
 from specblock_jax.adaptation.replay import buffer_spans, replay_tau
-
-
-def timed(fn, *args, repeat: int = 3) -> float:
-    jax.block_until_ready(fn(*args))  # compile and warm
-    out = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+from specblock_jax.decoding.step_profile import median_seconds
 
 
 def main() -> None:
@@ -74,8 +63,8 @@ def main() -> None:
         "decode_s_per_batch": med("decode_s"), "adapt_s_per_batch": med("adapt_s"),
         "update_round_s": med("update_s"), "eval_s": med("eval_s"),
         "updates": ad.summary()["updates"], "adapt_compile_s": ad.compile_s,
-        "replay_eval_one_weight_set_s": timed(replay, merged),
-        "proxy_eval_one_weight_set_s": timed(proxy, merged),
+        "replay_eval_one_weight_set_s": median_seconds(replay, merged, reps=3),
+        "proxy_eval_one_weight_set_s": median_seconds(proxy, merged, reps=3),
         "tokens": sum(len(r.token_ids) for r in res),
     }
     print(json.dumps(out, indent=2))

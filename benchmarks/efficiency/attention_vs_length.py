@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import specblock_jax as sbj
+from specblock_jax.decoding.step_profile import median_seconds
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.transformer import apply
 
@@ -31,13 +30,7 @@ def step_ms(graphdef, params, cfg, batch, nodes, length, cache_len, reps):
     positions = length + jnp.broadcast_to(jnp.arange(nodes, dtype=jnp.int32), (batch, nodes))
     mask = jnp.broadcast_to(jnp.tril(jnp.ones((nodes, nodes), bool)), (batch, nodes, nodes))
     fn = jax.jit(lambda p, c: apply(graphdef, p, tokens, positions, mask, c).logits)
-    jax.block_until_ready(fn(params, cache))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(params, cache))
-        times.append(time.perf_counter() - t0)
-    return 1000 * float(np.median(times))
+    return 1000 * median_seconds(fn, params, cache, reps=reps)
 
 
 def main(argv=None) -> None:

@@ -17,25 +17,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import specblock_jax as sbj
+from specblock_jax.decoding.step_profile import median_seconds
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.trees.verify import VerifyResult
-
-
-def _median_ms(fn, *args, reps: int) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
 
 
 def _chain_result(parents: np.ndarray, tokens: np.ndarray, accepted: int) -> VerifyResult:
@@ -77,11 +67,11 @@ def measure(target, drafter, params, *, batch: int, length: int, bucket: int, ma
     keys = jax.random.split(jax.random.key(0), batch)
     propose = jax.jit(lambda p, s, c, k: drafter.propose(p, s, c, k))
     tree, after = propose(params, state, ctx, keys)
-    propose_ms = _median_ms(propose, params, state, ctx, keys, reps=reps)
+    propose_ms = 1e3 * median_seconds(propose, params, state, ctx, keys, reps=reps)
     result = _chain_result(np.asarray(tree.parents), np.asarray(tree.tokens), accepted)
     tree_hidden = jnp.zeros((batch, n, n_hidden, cfg.hidden_size), dtype) if n_hidden else None
     update = jax.jit(lambda p, s, c, r, h: drafter.update(p, s, c, r, h))
-    update_ms = _median_ms(update, params, after, ctx, result, tree_hidden, reps=reps)
+    update_ms = 1e3 * median_seconds(update, params, after, ctx, result, tree_hidden, reps=reps)
     return {"propose_ms": round(propose_ms, 4), "update_ms": round(update_ms, 4),
             "draft_ms": round(propose_ms + update_ms, 4), "accepted": int(np.max(np.asarray(result.num_accepted))),
             "num_nodes": n, "batch": batch, "length": length, "cache_len": cache_len}

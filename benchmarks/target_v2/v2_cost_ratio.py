@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import specblock_jax as sbj
+from specblock_jax.decoding.step_profile import median_seconds
 from specblock_jax.drafters.common import init_model
 from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Model
 from specblock_jax.models.kv_cache import init_cache
@@ -32,16 +31,6 @@ CANDIDATES = [  # layers, hidden, intermediate, heads, kv heads
 ]
 
 
-def median_time(fn, *args, reps: int = 30) -> float:
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def measure(layers, hidden, inter, heads, kv, batch, context, draft_vocab) -> dict:
     cfg = sbj.models.config.tiny(vocab_size=8192, hidden_size=hidden, intermediate_size=inter,
                                  num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=64,
@@ -52,7 +41,7 @@ def measure(layers, hidden, inter, heads, kv, batch, context, draft_vocab) -> di
     pos = jnp.full((batch, 1), context, jnp.int32)
     one = jnp.ones((batch, 1, 1), bool)
     tfwd = jax.jit(lambda p, c: sbj.models.apply(target.graphdef, p, tok, pos, one, c).logits)
-    t_target = median_time(tfwd, target.params, cache)
+    t_target = median_seconds(tfwd, target.params, cache, reps=30)
 
     dcfg = Eagle3Config.for_target(cfg)
     dcfg = Eagle3Config(**{**dcfg.__dict__, "vocab_size": draft_vocab})
@@ -70,7 +59,7 @@ def measure(layers, hidden, inter, heads, kv, batch, context, draft_vocab) -> di
         h, _ = m.step(emb, m.fuse(feat_in), pos, mask, c, starts, jnp.int32(context + 1))
         return m.logits(h)  # one forward: the layer over the cache, then the (draft-vocabulary) head
 
-    t_draft = median_time(jax.jit(dfwd), dparams, dcache)
+    t_draft = median_seconds(jax.jit(dfwd), dparams, dcache, reps=30)
     return {"layers": layers, "hidden": hidden, "intermediate": inter, "heads": heads, "kv_heads": kv,
             "batch": batch, "target_params": sbj.models.count_params(target.params),
             "drafter_params": sbj.models.count_params(dparams), "target_ms": 1e3 * t_target,

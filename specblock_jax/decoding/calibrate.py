@@ -28,6 +28,7 @@ import numpy as np
 
 from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.generate import generate
+from specblock_jax.decoding.step_profile import median_seconds
 from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
 from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.models.kv_cache import init_cache
@@ -97,13 +98,7 @@ def verify_seconds(target: Target, num_nodes: int, context: int = 256, reps: int
     positions = context + jnp.arange(num_nodes, dtype=jnp.int32)[None]
     mask = jnp.tril(jnp.ones((1, num_nodes, num_nodes), bool))
     fn = jax.jit(lambda p, c: apply(target.graphdef, p, tokens, positions, mask, c).logits)
-    jax.block_until_ready(fn(target.params, cache))
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(target.params, cache))
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return median_seconds(fn, target.params, cache, reps=reps)
 
 
 def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Sequence[int]] | None = None, *,

@@ -127,21 +127,22 @@ def _copy(tree):
     return jax.tree.map(jnp.copy, tree)
 
 
-def _time(exe, args: tuple, donated: Sequence[int], reps: int) -> float:
-    """Median wall time of exe(*args) over `reps` calls after one warm-up; the donated arguments
-    are copied afresh (untimed) before each call."""
+def median_seconds(fn, *args, reps: int = 10, donated: Sequence[int] = ()) -> float:
+    """Median wall time of fn(*args) over `reps` calls after one untimed warm-up (which compiles a
+    jitted fn), each waited for with block_until_ready; the `donated` arguments are copied afresh
+    (untimed) before each call."""
     def fresh():
         call = list(args)
         for i in donated:
             call[i] = _copy(args[i])
         return jax.block_until_ready(call)
 
-    jax.block_until_ready(exe(*fresh()))
+    jax.block_until_ready(fn(*fresh()))
     times = []
     for _ in range(reps):
         call = fresh()
         t0 = time.perf_counter()
-        jax.block_until_ready(exe(*call))
+        jax.block_until_ready(fn(*call))
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
 
@@ -242,7 +243,7 @@ def _measure(spec: LoopSpec, params, dparams, inputs: LoopInputs, reps, static_k
     for phase, exe, args, donate in runs:
         if phase in todo:
             key = (static_key, phase, spec.greedy) if phase in by_greedy else (static_key, phase)
-            _MEASURED[key] = _time(exe, args, donate, reps)
+            _MEASURED[key] = median_seconds(exe, *args, reps=reps, donated=donate)
 
 
 # ------------------------------------------------------------------ derived numbers
