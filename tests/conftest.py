@@ -141,3 +141,50 @@ def _release_executables_near_the_map_limit():
     release(0)
     jax.clear_caches()
     gc.collect()
+
+
+# --- scheduling: the longest tests first ------------------------------------------------------------
+# The xdist workers take tests in collection order, so a long test collected last runs alone while
+# the other worker idles. tests/durations.json holds seconds per test id measured on a fresh clone
+# here (a scheduling hint only: nothing asserts on it); the longest are collected first, the rest
+# keep their order. `pytest --store-durations` rewrites it from the run's own durations.
+_DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--store-durations", action="store_true",
+                     help="write this run's per-test seconds (setup + call + teardown) to tests/durations.json")
+
+
+def pytest_collection_modifyitems(config, items):
+    import json
+
+    try:
+        with open(_DURATIONS) as f:
+            seconds = json.load(f)
+    except (OSError, ValueError):
+        return
+    items.sort(key=lambda item: -seconds.get(item.nodeid, 0.0))  # stable: unknown tests keep their order
+
+
+_MEASURED: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _MEASURED[report.nodeid] = _MEASURED.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session):
+    import json
+
+    if not session.config.getoption("--store-durations") or hasattr(session.config, "workerinput"):
+        return  # only the controller (or a run without xdist) writes
+    try:
+        with open(_DURATIONS) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        old = {}
+    old.update({k: round(v, 1) for k, v in _MEASURED.items()})
+    with open(_DURATIONS, "w") as f:
+        json.dump(dict(sorted(old.items(), key=lambda kv: -kv[1])), f, indent=0)
+        f.write("\n")
