@@ -12,11 +12,17 @@ import sys
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from specblock_jax import aot
 from specblock_jax.aot import topology
-from specblock_jax.models.config import ModelConfig, RopeConfig
+from specblock_jax.aot import cost
+from specblock_jax.models.config import ModelConfig, RopeConfig, tiny
+from specblock_jax.models.kv_cache import init_cache
+from specblock_jax.models.target import init_target
+from specblock_jax.models.transformer import apply, causal_mask
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = str(ROOT / "assets" / "target")
@@ -71,6 +77,40 @@ def test_unrolled_and_multiplied_layer_accounting_agree():
     assert mult["bytes_accessed"] > 0 and mult["fits"] and unrolled["fits"]
     one = aot.price_method(_small(1), "ar", "v5e:2x2", accounting="unrolled", **kw)["phases"]["target_step"]
     assert unrolled["flops"] > 4 * one["flops"]
+
+
+def test_decoding_keeps_the_rolled_layer_scan_unless_aot_unrolls_it():
+    """The target trainer's config (scan_unroll = L) unrolls only its cacheless forward: a forward
+    with a KV cache still runs the rolled scan (one `while`), and aot's `cost.unrolled` config
+    unrolls that too (no loop). Logits, hidden taps and the written cache are the same all ways."""
+    cfg = tiny(num_layers=3, dtype="float32")
+    trainer_cfg = cfg.replace(scan_unroll=3)
+    params = init_target(cfg).params
+    tokens = jnp.array([[5, 6, 7, 8]], jnp.int32)
+    pos = jnp.arange(4, dtype=jnp.int32)[None]
+
+    def run(c, cached):
+        graphdef = init_target(c).graphdef
+        fn = jax.jit(lambda p, cache: apply(graphdef, p, tokens, pos, causal_mask(1, 4), cache,
+                                            hidden_ids=(1, 3)))
+        cache = init_cache(c, 1, 16) if cached else None
+        return fn.lower(params, cache).as_text(), fn(params, cache)
+
+    text, ref = run(cfg, True)
+    assert "stablehlo.while" in text  # decoding's default: the rolled scan
+    outs = {}
+    for name, c, cached, loops in (("trainer, cached", trainer_cfg, True, True),
+                                   ("aot, cached", cost.unrolled(cfg), True, False),
+                                   ("trainer, cacheless", trainer_cfg, False, False),
+                                   ("default, cacheless", cfg, False, True)):
+        text, outs[name] = run(c, cached)
+        assert ("stablehlo.while" in text) == loops, name
+    for name, out in outs.items():
+        np.testing.assert_allclose(out.logits, ref.logits, rtol=1e-5, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(out.hidden, ref.hidden, rtol=1e-5, atol=1e-5, err_msg=name)
+        if out.cache is not None:
+            np.testing.assert_allclose(out.cache.k, ref.cache.k, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert cost.unrolled(cfg, 2).num_layers == 2 == cost.unrolled(cfg, 2).cache_scan_unroll
 
 
 @needs_libtpu

@@ -117,17 +117,24 @@ def record(compiled, cost: dict[str, float | None] | None, hbm_bytes: int, compi
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """The target config (its num_layers and scan_unroll) and drafter one chain is compiled for."""
+    """The target config (its num_layers and layer-scan unrolls) and drafter one chain is compiled for."""
     cfg: ModelConfig
     drafter: Any
+
+
+def unrolled(cfg: ModelConfig, layers: int | None = None) -> ModelConfig:
+    """`cfg` cut to `layers` (None: all) with its layer scan fully unrolled, in forwards with a KV
+    cache (decoding) and without (training); only aot unrolls decoding's scan."""
+    k = cfg.num_layers if layers is None else layers
+    return cfg.replace(num_layers=k, scan_unroll=k, cache_scan_unroll=k)
 
 
 def variants(cfg: ModelConfig, drafter: Any, accounting: str) -> tuple[Variant, list[Variant]]:
     """(the L-layer variant, the cut variants whose costs price it; [] = the L-layer one's own
     costs ("unrolled"), or none ("memory"))."""
     if accounting == "unrolled" or (accounting == "multiplied" and cfg.num_layers <= CUTS[-1]):
-        return Variant(cfg.replace(scan_unroll=cfg.num_layers), drafter), []
+        return Variant(unrolled(cfg), drafter), []
+    rolled = Variant(cfg.replace(scan_unroll=1, cache_scan_unroll=1), drafter)
     if accounting == "memory":
-        return Variant(cfg.replace(scan_unroll=1), drafter), []
-    cut = [Variant(cfg.replace(num_layers=k, scan_unroll=k), for_layers(drafter, k)) for k in CUTS]
-    return Variant(cfg.replace(scan_unroll=1), drafter), cut
+        return rolled, []
+    return rolled, [Variant(unrolled(cfg, k), for_layers(drafter, k)) for k in CUTS]

@@ -13,7 +13,8 @@ and the phases that need its outputs are recorded as skipped; nothing raises pas
 Layer accounting. XLA's cost analysis counts a loop body once, and inside the rolled layer loop
 it charges each dynamic slice of the stacked weights and cache as a read of the whole stack, so
 costs come from straight-line programs. "unrolled" (the default) compiles all L layers unrolled
-(`ModelConfig.scan_unroll = L`): costs and memory of that exact program. "multiplied" compiles
+(`cost.unrolled`: `ModelConfig.scan_unroll` and `cache_scan_unroll` = L; the library's decoding
+keeps the rolled scan): costs and memory of that exact program. "multiplied" compiles
 the target cut to 2 and to 3 layers (unrolled; drafter feature layers clamped, shapes unchanged)
 and prices L layers as c2 + (L - 2) (c3 - c2): exact for FLOPs, which grow linearly with depth;
 the compiler's bytes accessed do not (its fusion choices differ from one depth to the next: at

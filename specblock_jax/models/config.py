@@ -98,11 +98,13 @@ class ModelConfig:
     # engine setting, never in config.json: "bucketed" = cache attention costs what the sequence is
     # long (models/attention.py), "full" = it always spans the static cache (the reference path)
     attention: str = "bucketed"
-    # engine setting, never in config.json: layers the `lax.scan` over layers runs per iteration
+    # engine settings, never in config.json: layers the `lax.scan` over layers runs per iteration
     # (models/transformer.py; 1 = a rolled loop, compile time flat in depth; num_layers = fully
-    # unrolled). The target trainer unrolls its cacheless forward; decoding keeps 1 (specblock_jax/aot
-    # compiles 1, 2 and L to price the layer loop, whose body XLA's cost analysis counts once).
+    # unrolled), in forwards without a KV cache (training: the target trainer unrolls fully) and in
+    # forwards with one (decoding: 1; only specblock_jax/aot unrolls them, to price the layer loop,
+    # whose body XLA's cost analysis counts once)
     scan_unroll: int = 1
+    cache_scan_unroll: int = 1
 
     def __post_init__(self):
         if self.family not in _FAMILY_TO_ARCH:
@@ -111,8 +113,9 @@ class ModelConfig:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         if self.attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {self.attention!r}")
-        if self.scan_unroll < 1:
-            raise ValueError(f"scan_unroll must be >= 1, got {self.scan_unroll}")
+        if min(self.scan_unroll, self.cache_scan_unroll) < 1:
+            raise ValueError(f"scan_unroll and cache_scan_unroll must be >= 1, got "
+                             f"{self.scan_unroll} and {self.cache_scan_unroll}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}"

@@ -6,7 +6,8 @@ causal prefill, one-token decode, tree verification and block drafting all diffe
 `mask` and `positions` they pass.
 
 The L decoder layers are one stacked module (every weight has a leading [L] axis) run by
-`jax.lax.scan`, so compilation does not grow with depth; the KV cache is
+`jax.lax.scan`, so compilation does not grow with depth (`ModelConfig.scan_unroll` unrolls it in
+cacheless forwards, `cache_scan_unroll` in forwards with a cache); the KV cache is
 stacked the same way ([L, B, K, S, D], kv heads before slots) and rides in the scan's carry, each layer writing its new
 entries in place (benchmarks/scan_layers/ measures compile time and decode speed).
 """
@@ -88,7 +89,7 @@ class Transformer(nnx.Module):
         kv = None if cache is None else (cache.k, cache.v)
         kept = jnp.zeros((len(taps),) + x.shape, x.dtype) if taps else None
         index = jnp.arange(cfg.num_layers, dtype=jnp.int32)
-        unroll = min(cfg.scan_unroll, cfg.num_layers)
+        unroll = min(cfg.scan_unroll if cache is None else cfg.cache_scan_unroll, cfg.num_layers)
         (x, kv, kept), _ = jax.lax.scan(body, (x, kv, kept), (layer_params, index), unroll=unroll)
         x = self.norm(x)
         hidden = {i: kept[j] for j, i in enumerate(taps)}  # HF hidden_states index -> [B, T, H]
