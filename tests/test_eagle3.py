@@ -94,7 +94,6 @@ def _features(target, tokens, layers):
     return out.hidden, out.logits
 
 
-@pytest.mark.slow
 def test_training_time_test_matches_decoding_side_drafting(target, task):
     """Step 0 of TTT == the decoding state after prefill; step 1 == the depth-2 expansion."""
     params = task.init_params(jax.random.key(1))

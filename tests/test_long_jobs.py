@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,3 +42,105 @@ def test_every_long_job_prompt_fits_the_target_with_its_budget():
     for name, _, _ in JOBS:
         lengths = [len(tok(r["prompt"])["input_ids"]) for r in _records(name)]
         assert max(lengths) + MAX_NEW_TOKENS <= limit, name
+
+
+# --- no look-ahead: the adapter and auto decide from the requests a server holds (generate's queue)
+
+V = 32  # the tiny peaked target's vocabulary (conftest `target`; shared with test_adaptation.py)
+
+
+@pytest.fixture(scope="module")
+def eagle3(target):
+    import jax
+
+    from specblock_jax.drafters.eagle3_train import Eagle3Task
+
+    task = Eagle3Task({"num_nodes": 10, "top_k": 3, "depth": 3}, target)
+    return task.decoding_drafter(task.init_params(jax.random.key(1)))
+
+
+class _FirstBatch(Exception):
+    """Ends a `generate` call after its first batch (raised by on_batch)."""
+
+
+def _held_from(events, rows_in_flight: int, queue: int, job: int) -> int:
+    """Index of the first event at which a server holding `queue` waiting requests would know
+    the job's end: fewer than in-flight + queue requests of the `job` left unserved."""
+    served = 0
+    for i, e in enumerate(events):
+        served += e["rows"]
+        if job - served < rows_in_flight + queue:
+            return i
+    return len(events)
+
+
+@pytest.mark.parametrize("refill", [False, True])
+def test_the_adapter_decides_the_same_whatever_the_job_holds_beyond_its_queue(target, eagle3, refill):
+    """The same 12-request job decoded alone and with 6 more requests after it, as one call each,
+    a server holding 2 waiting requests (queue=2): every decision (update or not, rolled back or
+    not, the predicted gain, the work the controller is told is queued) is the same until the
+    job's end enters the window; without the window (queue=0) the first decision already sees
+    the call's size. Greedy outputs stay those of target-only decoding."""
+    import specblock_jax as sbj
+    from specblock_jax.adaptation import AdaptConfig, Adapter
+
+    rng = np.random.default_rng(5)
+    job = [rng.integers(0, V, 9).tolist() for _ in range(12)]  # one length: served in the given order
+    more = job + [rng.integers(0, V, 9).tolist() for _ in range(6)]
+    settings = AdaptConfig(min_rows=2, window=40, capacity=8, batch_rows=2, eval_rows=2, cost_scale=0.0)
+
+    def run(prompts, queue, first=False):
+        """(the adapter's decisions, the outputs); first: only the first batch's decision."""
+        ad = Adapter(eagle3, settings)
+
+        def stop(_):
+            raise _FirstBatch
+
+        try:
+            res = sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, refill=refill,
+                               adapter=ad, queue=queue, on_batch=stop if first else None)
+        except _FirstBatch:
+            res = []
+        keep = ("rows", "update", "rolled_back", "predicted_gain", "remaining_tokens")
+        return [{k: e.get(k) for k in keep} for e in ad.events], [r.token_ids for r in res]
+
+    alone, out = run(job, 2)
+    followed, out_more = run(more, 2)
+    cut = _held_from(alone, 2 if refill else 0, 2, len(job))
+    assert 3 <= cut < len(alone) and alone[:cut] == followed[:cut]
+    assert sum(e["update"] for e in alone[:cut]) >= 2  # decisions were made, not all skipped
+    # at `cut` the job's end is in the window: the job alone holds less work than the longer call
+    assert alone[cut]["remaining_tokens"] < followed[cut]["remaining_tokens"]
+    # the whole call as the queue: the first decision already counts the 6 extra requests
+    assert run(job, 0, first=True)[0][0]["remaining_tokens"] < run(more, 0, first=True)[0][0]["remaining_tokens"]
+    ar = sbj.generate(target, job, max_new_tokens=16, batch_size=2)
+    assert out == out_more[:len(job)] == [r.token_ids for r in ar]
+
+
+def test_auto_decides_the_same_whatever_the_job_holds_beyond_its_queue(monkeypatch):
+    """auto over a 24-request job alone and followed by 6 more in the same call, one request a
+    chunk, a server holding 4 waiting requests: the same options, explorations and re-checks
+    until the job's end enters the window."""
+    import specblock_jax as sbj
+    import specblock_jax.decoding.auto as auto_mod
+    from specblock_jax.decoding import AutoServe
+    from specblock_jax.decoding.job import DecodeOptions, Request
+
+    speed = {"ar": 100.0, 4: 300.0, 8: 200.0}
+
+    def fake_serve(target, requests, drafter, options):  # 10 tokens a request at the option's speed
+        seconds = 10 / speed["ar" if drafter is None else drafter.drafter.num_nodes]
+        stats = lambda j: sbj.GenerationStats(1, 10, 11, 1.0, "length", None, seconds, 0.0, 1, j)  # noqa: E731
+        return [sbj.GenerationResult(None, [1] * 10, stats(j), j) for j in range(len(requests))]
+
+    monkeypatch.setattr(auto_mod, "serve", fake_serve)
+
+    def choices(n):
+        auto = AutoServe("prompt_lookup", budgets=(4,), chunk=1, recheck_every=3)
+        auto.serve(None, [Request(i, [1, 2], 10, 0.0, i) for i in range(n)], DecodeOptions(batch_size=1, queue=4))
+        return [(e["option"], e["why"]) for e in auto.events]
+
+    alone, followed = choices(24), choices(30)
+    cut = 24 - 4  # chunk n's window (itself and 4 waiting) lies inside the job for n < 20
+    assert alone[:cut] == followed[:cut]
+    assert {"explore", "best", "recheck"} <= {why for _, why in alone[:cut]}

@@ -115,7 +115,6 @@ def _paths(tree):
     return out
 
 
-@pytest.mark.slow
 def test_rank_tree_branches_gives_up_continues_and_merges_twins():
     """The public code's rule: a slot drafts slot_topk[class] tokens (its chain token included),
     the first block's slot 0 root_topk; a give-up stops the alternatives from that slot on (the
@@ -132,17 +131,27 @@ def test_rank_tree_branches_gives_up_continues_and_merges_twins():
     lp2 = np.full((1, 1, k, v), -9.0, np.float32)
     for s in range(k):
         lp2[0, 0, s, [12, 5, 6, 7][s]] = -0.2
-    seen = {}
+    top1 = top_tokens(jax.nn.log_softmax(jnp.asarray(lp1), -1), 10)
 
-    def expand(carry, blk, slot, token, level):
-        seen.update(blk=np.asarray(blk).tolist(), slot=np.asarray(slot).tolist(),
-                    token=np.asarray(token).tolist(), level=level)
-        return carry, top_tokens(jnp.asarray(lp2), 10), jnp.asarray([[[0, 3, 0, 0]]], jnp.int32)
+    def build(settings):
+        """The tree and what the next block was drafted from (blk, slot, token, level), in one
+        compile instead of op-by-op dispatch."""
+        seen = {}
+
+        def expand(carry, blk, slot, token, level):
+            seen.update(blk=blk, slot=slot, token=token, level=jnp.int32(level))
+            return carry, top_tokens(jnp.asarray(lp2), 10), jnp.asarray([[[0, 3, 0, 0]]], jnp.int32)
+
+        def run():
+            tree, _ = build_rank_tree(settings, jnp.asarray([0]), top1, cls1, expand, None)
+            return tree, dict(seen)  # filled while tracing
+
+        return jax.jit(run)()
 
     s = RankTreeSettings(num_nodes=40, max_blocks=2, beam=1, slot_topk=(2, 3, 10, 0), root_topk=2)
-    top1 = top_tokens(jax.nn.log_softmax(jnp.asarray(lp1), -1), 10)
-    tree, _ = build_rank_tree(s, jnp.asarray([0]), top1, cls1, expand, None)
-    assert seen == {"blk": [[0]], "slot": [[1]], "token": [[11]], "level": 2}
+    tree, seen = build(s)
+    assert {k: np.asarray(v).tolist() for k, v in seen.items()} == {"blk": [[0]], "slot": [[1]], "token": [[11]],
+                                                                    "level": 2}
     chain = [(10,), (10, 11), (10, 11, 12), (10, 11, 12, 13)]  # the give-up slot's chain token stays
     # slot 0: root_topk 2; slot 1 (class 1): 3 tokens; slot 2 (class 0): 2 tokens; slot 3 gives up
     alts = [(1,), (10, 1), (10, 2), (10, 11, 1)]
@@ -152,8 +161,8 @@ def test_rank_tree_branches_gives_up_continues_and_merges_twins():
     assert _paths(tree) == set(chain + alts + block2)
     # the same tree with the rank head off: 2 alternatives everywhere, next block from slot 3
     s_fixed = RankTreeSettings(num_nodes=40, max_blocks=2, rank_tree=False, fixed_branch=2)
-    tree, _ = build_rank_tree(s_fixed, jnp.asarray([0]), top1, cls1, expand, None)
-    assert seen["slot"] == [[3]] and seen["token"] == [[13]]
+    tree, seen = build(s_fixed)
+    assert np.asarray(seen["slot"]).tolist() == [[3]] and np.asarray(seen["token"]).tolist() == [[13]]
     assert len(_paths(tree)) == 4 * 3 + 4 * 3
 
 
@@ -175,7 +184,6 @@ def task(target):
     return SpecBlockTask({"num_nodes": 12, "num_blocks": 2}, target)
 
 
-@pytest.mark.slow
 def test_training_blocks_match_decoding_blocks(target, task, monkeypatch):
     """Block 1 at the last prompt position == the state after prefill; block 2 drafted from slot
     j == the training block 2 with M = j + 1 whose token M ahead is the leaf's token."""
@@ -287,7 +295,6 @@ def test_save_and_load_round_trip_with_overrides(target, task, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.slow
 def test_update_equals_the_training_forward_at_the_committed_positions(target, task):
     """Two verifier updates (3 then 2 committed pairs, a chain accepted from a 12-node tree) leave
     the hidden states, log-probs and rank classes that the training forward (`run_blocks`, block 1)
