@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from specblock_jax import aot
+from specblock_jax import _quiet, aot
 from specblock_jax.aot import topology
 from specblock_jax.aot import cost
 from specblock_jax.models.config import ModelConfig, RopeConfig, tiny
@@ -172,3 +172,42 @@ def test_cpu_decoding_unchanged_by_libtpu():
     assert plain["backend"] == with_tpu["backend"] == "cpu"
     assert len(plain["tokens"]) == 12 and with_tpu["tokens"] == plain["tokens"]
     assert jax.default_backend() == "cpu"
+
+
+_PROBE = "import specblock_jax, jax; jax.numpy.ones(1); print(jax.default_backend())"
+
+
+@needs_libtpu
+@pytest.mark.skipif(_quiet.tpu_chip_present() or _quiet.gpu_plugin_installed(),
+                    reason="a host with an accelerator: JAX must probe for it")
+def test_no_libtpu_probe_warnings_on_a_cpu_host(tmp_path):
+    """With libtpu installed and JAX_PLATFORMS unset, bare JAX probes for a TPU (libtpu prints
+    its warnings to stderr); importing specblock_jax skips the probe and stays on the CPU. (libtpu
+    is silent when another process holds its lock file: ALLOW_MULTIPLE_LIBTPU_LOAD makes the
+    probe run whatever else runs on the host.)"""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"} | {"ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
+
+    def run(code):
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc
+
+    bare = run("import jax; jax.numpy.ones(1)")
+    assert "TPU" in bare.stderr  # the probe the package default avoids
+    ours = run(_PROBE)
+    assert ours.stdout.strip() == "cpu"
+    assert "TPU" not in ours.stderr and "libtpu" not in ours.stderr, ours.stderr
+
+
+def test_cpu_default_leaves_accelerators_and_user_choice_alone(monkeypatch):
+    """No "cpu" default on a TPU VM, with a GPU plugin, or when the user set JAX_PLATFORMS."""
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    monkeypatch.setattr(_quiet, "tpu_chip_present", lambda: True)
+    assert _quiet.cpu_unless_accelerator() is False
+    monkeypatch.setattr(_quiet, "tpu_chip_present", lambda: False)
+    monkeypatch.setattr(_quiet, "gpu_plugin_installed", lambda: True)
+    assert _quiet.cpu_unless_accelerator() is False
+    monkeypatch.setattr(_quiet, "gpu_plugin_installed", lambda: False)
+    monkeypatch.setenv("JAX_PLATFORMS", "")
+    assert _quiet.cpu_unless_accelerator() is False

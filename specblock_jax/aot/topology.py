@@ -7,9 +7,10 @@
 entry point of this package raises `MissingLibtpuError`, which names the extra. Only the compiler
 of libtpu is used: nothing runs on a TPU, and JAX's default backend stays what it was.
 
-libtpu takes a lock file (/tmp/libtpu_lockfile) when it is loaded, and any JAX process on a host
+libtpu takes a lock file (/tmp/libtpu_lockfile) when it is loaded, and a JAX process on a host
 with libtpu installed loads it while probing for a TPU at its first backend initialisation (then
-falls back to the CPU). A topology description compiles only, so this module sets
+falls back to the CPU) unless `jax_platforms` skips the probe (specblock_jax/_quiet.py does on
+hosts with no accelerator). A topology description compiles only, so this module sets
 ALLOW_MULTIPLE_LIBTPU_LOAD=1 (libtpu's own switch) before loading the plugin: a CPU process that
 holds the lock does not block ahead-of-time compiles.
 """
