@@ -13,7 +13,7 @@ The public API (functional): load a target, run it, generate from it, save it.
     sbj.save_target(target, "out_dir")
 """
 
-from specblock_jax import _quiet  # noqa: F401  (first: silences transformers' no-PyTorch advisory)
+from specblock_jax import _quiet  # noqa: F401  (first: transformers' no-PyTorch advisory, libtpu's probe)
 
 # Subpackages, one concept each: target models, draft trees, drafters (and their registry), the
 # decoding loops, device meshes, serving-time adaptation. `specblock_jax.training` (drafter
