@@ -13,16 +13,17 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 import numpy as np
 import pytest
 
 from specblock_jax import _quiet, aot
-from specblock_jax.aot import topology
-from specblock_jax.aot import cost
+from specblock_jax.aot import cost, topology
 from specblock_jax.models.config import ModelConfig, RopeConfig, tiny
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import init_target
 from specblock_jax.models.transformer import apply, causal_mask
+from specblock_jax.parallel.mesh import ShardingPlan, shard_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET = str(ROOT / "assets" / "target")
@@ -111,6 +112,22 @@ def test_decoding_keeps_the_rolled_layer_scan_unless_aot_unrolls_it():
         if out.cache is not None:
             np.testing.assert_allclose(out.cache.k, ref.cache.k, rtol=1e-5, atol=1e-5, err_msg=name)
     assert cost.unrolled(cfg, 2).num_layers == 2 == cost.unrolled(cfg, 2).cache_scan_unroll
+
+
+@needs_libtpu
+def test_dflash_target_head_is_vocab_split():
+    """DFlash's copy of the target's LM head ("head" [H, V], 1.24 GB at Qwen3-8B in bf16) is split
+    over "model" like the target's own head and embedding, not replicated on every chip."""
+    cfg = aot.load_target_config("qwen3-8b")
+    _, dparams = aot.released_drafter("dflash", cfg)
+    topo = aot.get_topology("v5e:2x2")
+    plan = ShardingPlan(topology.topology_mesh(topo, "data=1,model=4"))
+    sh = plan.param_shardings(dparams)
+    assert sh["head"].spec == P(None, "model") and sh["embed"].spec == P("model", None)
+    head = dparams["head"]
+    assert head.shape == (4096, 151936)
+    split = shard_bytes({"head": head}, {"head": sh["head"]})
+    assert split == head.size * head.dtype.itemsize // 4
 
 
 @needs_libtpu

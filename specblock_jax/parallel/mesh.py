@@ -24,7 +24,9 @@ parameter); unmatched leaves (norm weights, scalars) are replicated.
 
 Weight layouts (models/layers.py): q_proj [H, N, D], k/v_proj [H, K, D], o_proj [N, D, H],
 gate/up [H, F], down [F, H], embed_tokens [V, H], lm_head [H, V]; the EAGLE-3 drafter's fc
-[3H, H] and its layer's projections follow the same names.
+[3H, H] and its layer's projections follow the same names; DFlash's params hold the target's
+embedding and LM head as "embed" [V, H] and "head" [H, V] (vocab-split like the target's: the
+Qwen3-8B head is 1.24 GB in bf16).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ AXES = ("data", "model")
 # Parameter leaves: regex on the '/'-joined key path -> logical axes of each dimension.
 PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     (r"(^|/)(embed_tokens|embed)$", ("vocab", None)),  # never FSDP: see above
-    (r"(^|/)lm_head$", ("embed", "vocab")),
+    (r"(^|/)(lm_head|head)$", ("embed", "vocab")),  # "head": DFlash's copy of the target's
     (r"(^|/)q_proj$", ("embed", "heads", "head_dim")),
     (r"(^|/)(k_proj|v_proj)$", ("embed", "kv_heads", "head_dim")),
     (r"(^|/)o_proj$", ("heads", "head_dim", "embed")),
