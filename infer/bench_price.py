@@ -5,16 +5,20 @@ costs come from compiling each method's decoding step ahead of time for a TPU to
 deployment preset's shapes (`specblock_jax.aot`, which needs the `tpu` extra: libtpu). The result
 is an estimate, not a measurement, and sits in its own columns:
 
-    priced_step_ms             the compiler's estimated time of one decoding step: target-only's
-                               one-token step for `ar`, the whole speculative step (propose, tree
-                               forward, verify + commit, update) for the others
+    priced_step_ms             the estimated time of one decoding step: target-only's one-token
+                               step for `ar`, the whole speculative step (propose, tree forward,
+                               verify + commit, update) for the others; the roofline of the TPU
+                               compiler's per-device counts, max(FLOPs / peak bf16 FLOP/s, bytes
+                               accessed / HBM bandwidth) (`aot.report.roofline_seconds`: libtpu's
+                               own `optimal_seconds` is the same roofline where it gives one, and
+                               negative, no estimate, for many programs)
     priced_speedup             tau_run (tokens committed per decoding forward, measured here)
                                x priced target-only step / priced speculative step
     priced_draft_ms_per_token  the priced drafting phases (propose + update) / tau_run
 
 Each (method kind, tree or block size, batch) compiles once per run (`Pricer` caches it), only the
 phases these columns read (no prefill). A column that cannot be priced (an `auto:` method, a phase
-that failed to compile or that the cost model could not estimate) is None. How far such estimates
+that failed to compile or whose counts are unknown) is None. How far such estimates
 are from measured TPU figures: benchmarks/tpu_validation/.
 """
 
@@ -52,8 +56,9 @@ class PriceSpec:
     def header(self) -> str:
         """The plain statement that heads the priced table."""
         return (f"Priced columns (estimates, not measurements): acceptance (tau_run) from this run's own "
-                f"decoding, step costs from the TPU compiler's cost model at {self.target}'s shapes on "
-                f"{self.topology} (prompt bucket {self.context} + {self.max_new} new tokens, this run's batch size): "
+                f"decoding, step costs from the roofline of the TPU compiler's FLOP and byte counts at "
+                f"{self.target}'s shapes on {self.topology} (prompt bucket {self.context} + {self.max_new} "
+                "new tokens, this run's batch size): "
                 "priced_speedup = tau_run x priced target-only step / priced speculative step. "
                 "The compiler's estimate leaves out host overhead, launch gaps and collectives' latency: "
                 "against published TPU measurements it priced steps fast (benchmarks/tpu_validation/).")
@@ -83,6 +88,7 @@ class Pricer:
 
     def __init__(self, spec: PriceSpec):
         from specblock_jax import aot
+        from specblock_jax.aot.report import roofline_seconds
 
         try:  # fail before any decoding: no libtpu (the error names the `tpu` extra), a bad name
             aot.require_libtpu()
@@ -90,7 +96,7 @@ class Pricer:
             self.target = aot.load_target_config(spec.target)
         except (ImportError, ValueError) as e:
             raise SystemExit(f"--price: {e}") from None
-        self.spec, self._aot = spec, aot
+        self.spec, self._aot, self._roofline = spec, aot, roofline_seconds
         self._cache: dict[tuple, dict] = {}
 
     def phases_ms(self, shape: dict, batch: int) -> dict:
@@ -105,10 +111,11 @@ class Pricer:
                                              phases_wanted=wanted, **s)
             except ValueError as e:  # an unknown topology (the message lists valid names), a bad setting
                 raise SystemExit(f"--price: {e}") from None
-            # a phase that failed, or whose estimate the cost model could not make (negative), has none
-            self._cache[key] = {name: 1e3 * p["optimal_seconds"] for name, p in rec["phases"].items()
-                                if p.get("compiled") and p.get("optimal_seconds") is not None
-                                and p["optimal_seconds"] >= 0}
+            # the roofline of the compiler's counts, as the tpu_aot tables price (libtpu's own
+            # optimal_seconds is negative, no estimate, for many programs); a phase that failed or
+            # whose counts are unknown (a failed cut compile) has none
+            ms = {name: self._roofline(p, rec["chip"]) for name, p in rec["phases"].items()}
+            self._cache[key] = {name: 1e3 * s for name, s in ms.items() if s is not None}
         return self._cache[key]
 
     def row(self, drafter, tau_run: float, batch: int) -> dict:

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from specblock_jax import _quiet, aot
-from specblock_jax.aot import cost, topology
+from specblock_jax.aot import cost, report, topology
 from specblock_jax.models.config import ModelConfig, RopeConfig, tiny
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import init_target
@@ -228,3 +228,22 @@ def test_cpu_default_leaves_accelerators_and_user_choice_alone(monkeypatch):
     monkeypatch.setattr(_quiet, "gpu_plugin_installed", lambda: False)
     monkeypatch.setenv("JAX_PLATFORMS", "")
     assert _quiet.cpu_unless_accelerator() is False
+
+
+def test_negative_compiler_estimate_is_labelled_and_priced_by_the_roofline():
+    """libtpu's optimal_seconds is negative (no estimate) for many programs: the record keeps None,
+    the table says so, and the phase is priced by max(FLOPs / peak, bytes / bandwidth)."""
+    raw = {"optimal_seconds": -1.0, "flops": 197e9, "bytes_accessed": 2 * 819e6}  # 1 ms of FLOPs, 2 of bytes
+    priced = cost.checked(raw)
+    assert priced["optimal_seconds"] is None and cost.multiplied(raw, raw, 4)["optimal_seconds"] is None
+    rec = {"compiled": True, **priced, "device_bytes": 2**30, "hbm_bytes": 16 * 2**30, "fits": True,
+           "compile_s": 1.0}
+    result = {"target": "t", "method": "ar", "topology": "v5e:2x2", "chip": "v5e", "mesh": "data=1,model=4",
+              "batch": 1, "context": 8, "nodes": 0, "phases": {"target_step": rec}}
+    assert report.roofline_seconds(rec, "v5e") == pytest.approx(0.002)
+    assert report.step_seconds(result) == pytest.approx(0.002)
+    assert report.step_seconds(result, key="optimal") is None
+    row = report.markdown_table([result]).splitlines()[-1]
+    assert "| 2.000 | no estimate |" in row
+    ok = {**rec, "optimal_seconds": 0.0021}
+    assert "| 2.000 | 2.100 |" in report.markdown_table([{**result, "phases": {"target_step": ok}}])

@@ -48,13 +48,25 @@ def test_bench_prices_each_method_beside_the_measured_columns(tiny_ckpt, tmp_pat
     assert f"{pl['priced_speedup']:.2f}x |" in md
 
 
-def test_pricer_compiles_each_shape_once_and_drops_phases_without_an_estimate(monkeypatch):
+def test_pricer_compiles_each_shape_once_and_prices_by_the_roofline(monkeypatch):
+    """Each phase costs max(FLOPs / peak, bytes / bandwidth) on the chip (v5e: 197 TFLOP/s, 819
+    GB/s), whatever libtpu's optimal_seconds says (None: its estimate was negative); a phase whose
+    counts are unknown is not priced."""
     calls = []
+    bw, peak = 819e9, 197e12
 
-    def fake(target, method, topology, **kw):  # seconds per phase: what the TPU compiler would report
+    def phase(seconds_by_bytes: float | None, flops: float = 1e9):
+        return {"compiled": True, "optimal_seconds": None,
+                "flops": None if seconds_by_bytes is None else flops,
+                "bytes_accessed": None if seconds_by_bytes is None else seconds_by_bytes * bw}
+
+    def fake(target, method, topology, **kw):  # the counts the TPU compiler would report
         calls.append((method, kw.get("nodes"), kw["batch"]))
-        sec = {"target_step": 0.002} if method == "ar" else {"propose": 0.0002, "update": -1.0, "spec_step": 0.003}
-        return {"phases": {k: {"compiled": True, "optimal_seconds": v} for k, v in sec.items()}}
+        if method == "ar":
+            return {"chip": "v5e", "phases": {"target_step": phase(0.002)}}
+        # spec_step compute-bound: 0.003 s of FLOPs over 0.001 s of bytes
+        return {"chip": "v5e", "phases": {"propose": phase(0.0002), "update": phase(None),
+                                          "spec_step": phase(0.001, flops=0.003 * peak)}}
 
     for name, fn in (("require_libtpu", lambda: None), ("get_topology", lambda t: t),
                      ("load_target_config", lambda t: t), ("price_method", fake)):
@@ -62,7 +74,7 @@ def test_pricer_compiles_each_shape_once_and_drops_phases_without_an_estimate(mo
     pricer = Pricer(PriceSpec.parse("v5e:2x2,qwen3-8b", 512, 64))
     row = pricer.row("prompt_lookup", 2.5, 4)
     assert row["priced_step_ms"] == pytest.approx(3.0) and row["priced_speedup"] == pytest.approx(2.5 * 2 / 3)
-    assert row["priced_draft_ms_per_token"] is None  # update's estimate was negative: not priced
+    assert row["priced_draft_ms_per_token"] is None  # update's counts are unknown: not priced
     assert pricer.row("prompt_lookup", 1.5, 4)["priced_speedup"] == pytest.approx(1.5 * 2 / 3)
     assert pricer.row(None, 1.0, 4) == {"priced_step_ms": pytest.approx(2.0), "priced_speedup": 1.0,
                                         "priced_draft_ms_per_token": None}

@@ -46,9 +46,18 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{1000 * x:.3f}"
 
 
+def _compiler_ms(rec: dict) -> str:
+    """libtpu's optimal_seconds in ms; "no estimate" where it gave a negative value (cost.py keeps
+    None; the roofline column prices the phase), "-" where the phase was not priced."""
+    if rec.get("flops") is None:
+        return "-"
+    return "no estimate" if rec.get("optimal_seconds") is None else _ms(rec["optimal_seconds"])
+
+
 def markdown_table(results: Iterable[dict]) -> str:
-    """One row per (result, phase): ms by the roofline of the compiler's counts and by the
-    compiler's optimal_seconds, GFLOP and GB accessed per device, GB per device, fits, compile s."""
+    """One row per (result, phase): ms by the roofline of the compiler's counts (how phases are
+    priced) and by the compiler's optimal_seconds ("no estimate" where libtpu's was negative),
+    GFLOP and GB accessed per device, GB per device, fits, compile s."""
     lines = ["| target | method | topology | mesh | B | context | N | phase | roofline ms | compiler ms "
              "| GFLOP/dev | GB read/dev | GB/dev | fits | compile s |",
              "|" + "---|" * 15]
@@ -60,7 +69,7 @@ def markdown_table(results: Iterable[dict]) -> str:
                 err = (rec.get("error") or "").splitlines()[0][:80]
                 lines.append(f"{head} - | - | - | - | - | no ({err}) | {rec.get('compile_s', '-')} |")
                 continue
-            lines.append(f"{head} {_ms(roofline_seconds(rec, r['chip']))} | {_ms(rec['optimal_seconds'])} | "
+            lines.append(f"{head} {_ms(roofline_seconds(rec, r['chip']))} | {_compiler_ms(rec)} | "
                          f"{_num(rec['flops'], '.2f')} | {_num(rec['bytes_accessed'], '.3f')} | "
                          f"{rec['device_bytes'] / GB:.2f} | {'yes' if rec['fits'] else 'NO'} | {rec['compile_s']} |")
     return "\n".join(lines)
