@@ -1,7 +1,9 @@
 """Ahead-of-time TPU compiles from this CPU (specblock_jax/aot, specblock-aot): the embedded
 target's steps compile for v5e:2x2 with positive costs, the two layer accountings agree, a
 configuration too large for the chip reports fits false with its numbers, clear errors for an
-unknown topology and a missing libtpu, and decoding on the CPU is unchanged by libtpu."""
+unknown topology and a missing libtpu, and decoding on the CPU is unchanged by libtpu. Also: decoding
+keeps the rolled layer scan (only aot unrolls it), DFlash's target head is vocab-split, no libtpu
+probe warnings on a CPU host, and phases without libtpu's estimate are priced by the roofline."""
 
 from __future__ import annotations
 
