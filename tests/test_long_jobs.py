@@ -144,3 +144,42 @@ def test_auto_decides_the_same_whatever_the_job_holds_beyond_its_queue(monkeypat
     cut = 24 - 4  # chunk n's window (itself and 4 waiting) lies inside the job for n < 20
     assert alone[:cut] == followed[:cut]
     assert {"explore", "best", "recheck"} <= {why for _, why in alone[:cut]}
+
+
+# --- adaptation for long jobs: the controller's horizon counts on as much again as it has served
+
+
+def _updates(expect: float, gain: float, batches: int) -> list[int]:
+    """Batches at which a controller updates over a job of `batches` batches of 512 tokens at
+    2 ms/token, each decision seeing 512 tokens queued (a server's window), an update costing
+    1 s and realising `gain`."""
+    from specblock_jax.adaptation import CostAwareController
+
+    c = CostAwareController(cost_scale=1.0, prior_gain=0.1, expect=expect)
+    c.observe_cost(1.0)
+    made = []
+    for n in range(batches):
+        c.observe_decoding(512, 1.024)
+        d = c.decide(remaining_tokens=512)
+        assert d.remaining_tokens == max(512, expect * 512 * (n + 1))  # the horizon
+        if d.update:
+            made.append(n)
+            c.observe_gain(gain)
+    return made
+
+
+def test_with_expect_updates_continue_through_a_long_job_spaced_by_their_measured_gain():
+    from specblock_jax.adaptation import CostAwareController
+
+    # counting only the queue, no update ever pays (saving 1.02 s x 0.09 < 1 s)
+    assert _updates(0.0, 0.02, 200) == []
+    helping, useless = _updates(1.0, 0.02, 200), _updates(1.0, 0.0, 200)
+    # the first once ~5.6k tokens are served (saving = served x 2 ms x 0.1 / 1.1 > 1 s), then on
+    # through the job; updates that realise nothing come further apart than ones that help
+    assert helping[0] == useless[0] == 10
+    assert len(helping) > len(useless) >= 4 and helping[-1] >= 100 and useless[-1] >= 100
+    assert all(b - a >= d - c for (a, b), (c, d) in zip(zip(useless, useless[1:]), zip(helping, helping[1:])))
+    # the job's size is unknown to it: a shorter job's decisions are the longer one's prefix
+    assert _updates(1.0, 0.02, 120) == [n for n in helping if n < 120]
+    with pytest.raises(ValueError, match="expect"):
+        CostAwareController(expect=-1.0)

@@ -17,8 +17,10 @@ prefill and the verification forwards: no extra target forward). The adapter
      and rolls the update back unless the gain is clearly positive: at least `keep_z` standard
      errors over those rows (`rollback`; on eight rows that error was 1-2.5% in the bench runs);
   3. with the last update evaluated, asks the controller (controller.py) whether one more update
-     round pays over the work still queued (the requests of the `generate` call not yet served;
-     like a server, it is told nothing of later calls); if so runs `steps` optimizer steps (AdamW, gradient
+     round pays over the work still queued (the requests of the `generate` call not yet served, or
+     with `generate(queue=N)` the rows in flight and the next N; like a server, it is told nothing
+     of later calls; `expect` > 0 also counts on as much again as it has served, for jobs of unknown
+     length); if so runs `steps` optimizer steps (AdamW, gradient
      clipping) on rows sampled from the buffer, updating only the parameters under `subset`.
 The target decides every committed token, so outputs do not depend on adaptation (greedy output
 is identical; sampling keeps the target's distribution). The adapter's state (parameters, optimizer,
@@ -68,6 +70,9 @@ class AdaptConfig:
     min_rows: int = 4  # buffer rows before the first update
     cost_scale: float = 1.0  # update iff predicted saving > cost_scale * measured cost
     prior_gain: float = 0.1  # relative tau gain assumed of a first update (exploration)
+    # the controller's horizon is at least this many times the tokens served so far, not only the
+    # queue's (controller.py): 1 for long jobs of unknown size, 0 counts only the work queued
+    expect: float = 0.0
     rollback: bool = True  # undo an update whose replayed gain on fresh rows is not clearly positive
     # an update is kept iff its replayed gain >= keep_z x the gain's standard error over the fresh
     # rows (0: kept unless it lowered tau); one-sided, so keep_z = 1 keeps an update that changes
@@ -215,7 +220,8 @@ class Adapter:
         self.tx = optax.chain(optax.clip_by_global_norm(1.0),
                               optax.adamw(config.learning_rate, weight_decay=0.0))
         self.opt_state = self.tx.init(self.trainable)
-        self.controller = controller or CostAwareController(config.cost_scale, config.prior_gain)
+        self.controller = controller or CostAwareController(config.cost_scale, config.prior_gain,
+                                                                expect=config.expect)
         self.buffer: ReplayBuffer | None = None
         self.key = jax.random.key(config.seed)
         self.pending: tuple | None = None  # (old trainable, old optimizer state, event index)
@@ -329,7 +335,7 @@ class Adapter:
                 event["calibration_s"] = self._calibrate(self.fresh[-self.config.eval_rows:])
             decision = ctl.decide(event["remaining_tokens"])
             event.update(update=decision.update, predicted_gain=decision.predicted_gain,
-                         saving_s=decision.saving_s, cost_s=decision.cost_s)
+                         saving_s=decision.saving_s, cost_s=decision.cost_s, horizon_tokens=decision.remaining_tokens)
             if decision.update:
                 self.pending = (self.trainable, self.opt_state, len(self.events))
                 self.trainable, self.opt_state, loss, seconds = self._update()

@@ -13,7 +13,11 @@ At each decision point (after a decoded batch) it has
     towards the latest, plus an exploration term prior_gain / (1 + updates) that shrinks with
     every update made (a learning-curve estimate that starts optimistic).
 More accepted tokens per target forward shorten every remaining step in proportion, so the saving
-is remaining_tokens * s_per_token * g / (1 + g). It updates iff saving > cost_scale * cost:
+is horizon * s_per_token * g / (1 + g). The horizon is the tokens queued, or with `expect` > 0 at
+least `expect` x the tokens served so far: a server does not know how long a job will go on, and
+one that has served t tokens is as likely to serve more than t again as fewer (the median guess
+for a duration seen only from its inside), so a long job keeps updating while a short one stops
+early; with nothing queued there is no horizon. It updates iff saving > cost_scale * cost:
 cost_scale = 0 always updates (while work remains), cost_scale = inf never does.
 """
 
@@ -29,7 +33,7 @@ class Decision:
     predicted_gain: float  # relative tau gain expected from one update
     saving_s: float  # predicted seconds saved over the remaining work
     cost_s: float  # predicted seconds one update costs (before cost_scale)
-    remaining_tokens: float
+    remaining_tokens: float  # the horizon: tokens the saving is counted over
 
 
 @dataclasses.dataclass
@@ -37,11 +41,12 @@ class CostAwareController:
     cost_scale: float = 1.0
     prior_gain: float = 0.1
     recency: float = 0.5  # weight of the newest realised gain in the running estimate
+    expect: float = 0.0  # the horizon is at least this many times the tokens served so far (0: the queue's)
 
     def __post_init__(self):
-        if self.cost_scale < 0 or self.prior_gain < 0:
-            raise ValueError(f"controller: cost_scale and prior_gain must be >= 0, got "
-                             f"{self.cost_scale} and {self.prior_gain}")
+        if self.cost_scale < 0 or self.prior_gain < 0 or self.expect < 0:
+            raise ValueError(f"controller: cost_scale, prior_gain and expect must be >= 0, got "
+                             f"{self.cost_scale}, {self.prior_gain} and {self.expect}")
         self.tokens = 0
         self.seconds = 0.0
         self.updates = 0
@@ -73,12 +78,14 @@ class CostAwareController:
         return known + self.prior_gain / (1 + self.updates)
 
     def decide(self, remaining_tokens: float) -> Decision:
+        """Whether to update now, given the tokens the queue holds (module docstring)."""
         gain = self.predicted_gain()
         per_token = self.seconds / self.tokens if self.tokens else 0.0
-        saving = max(remaining_tokens, 0.0) * per_token * gain / (1 + gain)
+        horizon = max(remaining_tokens, self.expect * self.tokens) if remaining_tokens > 0 else 0.0
+        saving = horizon * per_token * gain / (1 + gain)
         cost = self.cost_estimate if self.cost_estimate is not None else math.inf
         scaled = 0.0 if self.cost_scale == 0 else self.cost_scale * cost
         update = saving > scaled
         if update:
             self.updates += 1
-        return Decision(update, gain, saving, cost, remaining_tokens)
+        return Decision(update, gain, saving, cost, horizon)

@@ -25,7 +25,9 @@ differently in the two). Each chunk runs with one option, chosen by `choose`:
      that measures fastest becomes the one served and its wait starts over. Near the end of the
      queue (fewer than `recheck_every` chunks of the call's requests after it) a re-check is
      skipped: what it could find would serve too few chunks to pay for it. Like a server, it
-     counts only the requests it holds, never work that may come in later calls.
+     counts only the requests it holds, never work that may come in later calls: the call's, or
+     with `generate(queue=N)` the chunk's and the next N waiting (a window under `recheck_every`
+     chunks leaves no room for re-checks).
 tokens/s = new tokens / decode-loop wall time of the chunk, compilation excluded; a chunk's
 measurement therefore includes its prefills, refills and drafting. Every option is lossless, so
 the outputs are the target's whichever is chosen: greedy outputs are token-identical to target-only
@@ -42,7 +44,7 @@ import jax
 
 from specblock_jax.decoding.decode import OnBatch
 from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
-from specblock_jax.decoding.job import DecodeOptions, Request, renumber
+from specblock_jax.decoding.job import DecodeOptions, Request, held, renumber
 from specblock_jax.decoding.results import GenerationResult
 from specblock_jax.decoding.routed import serve
 from specblock_jax.drafters.base import LoadedDrafter
@@ -111,7 +113,9 @@ class AutoServe:
             idx = [i for i in range(n) if (requests[i].temperature <= 0) == (regime == "greedy")]
             for start in range(0, len(idx), size):
                 part = idx[start:start + size]
-                option, why = self.choose(regime, remaining=-(-(len(idx) - start) // size))  # chunks queued
+                # the chunks queued: this one and those of the requests a server holding
+                # `options.queue` waiting ones knows of
+                option, why = self.choose(regime, remaining=-(-len(held(idx[start:], size, options.queue)) // size))
                 # each chunk its own key streams: (seed, regime, chunk start) hashed into a seed
                 key = jax.random.fold_in(jax.random.key(options.seed), 2 * start + r)
                 chunk = dataclasses.replace(

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
-from specblock_jax.decoding.job import MAX_STOP_TOKENS, DecodeOptions, Request, cache_length, length_bucket
+from specblock_jax.decoding.job import MAX_STOP_TOKENS, DecodeOptions, Request, cache_length, held, length_bucket
 from specblock_jax.decoding.loop import LoopSpec
 from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
 from specblock_jax.decoding.refill import Finished, Stream, pack_rows, pow2_at_least
@@ -113,7 +113,7 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
                 loop.history, loop.hist_len, inputs.lengths, loop.features, real,
                 tokens=int(sum(host.generated[:real]) - real), forwards=int(sum(host.forwards[:real])),
                 decode_s=wall, budget=sum(requests[i].budget for i in chunk),
-                remaining_budget=sum(requests[i].budget for i in order[start + bsz:]))
+                remaining_budget=sum(requests[i].budget for i in held(order[start + bsz:], 0, options.queue)))
         for r, i in enumerate(chunk):
             new = host.tokens[r, :host.generated[r]].tolist()
             stats = row_stats(len(requests[i].tokens), new, int(host.forwards[r]), bool(host.stopped[r]), call_s,
@@ -154,7 +154,8 @@ def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -
                 state.history[idx], state.hist_len[idx], plen, state.features[idx, :state.history.shape[1]],
                 len(rows), tokens=sum(len(f.tokens) - 1 for f in finished), forwards=sum(f.forwards for f in finished),
                 decode_s=finished[0].segment_wall_s, budget=sum(requests[f.index].budget for f in finished),
-                remaining_budget=sum(requests[i].budget for i in unfinished))
+                remaining_budget=sum(r.budget for r in held([r for r in queue if r.index in unfinished], bsz,
+                                                               options.queue)))
         for f in finished:
             stats = row_stats(len(requests[f.index].tokens), f.tokens, f.forwards, f.stopped, call_s, f.segment_wall_s,
                               f.segment_compile_s, bsz, f.segment, event, f.segment_steps)

@@ -40,6 +40,7 @@ def generate(
     refill: bool | None = None,
     refill_rows: int = 1,
     key_index: Sequence[int] | None = None,
+    queue: int = 0,
 ) -> list[GenerationResult]:
     """Decodes every prompt (text or token ids) and returns one result per prompt, in order.
 
@@ -84,9 +85,14 @@ def generate(
     refill_rows: with refill, the loop returns to the host once this many rows are free (while
     requests wait); 1 (default) refills every finished row at once, more means fewer returns and
     larger inserts for some idle row-steps (benchmarks/refill/ measures both).
+    queue: how many waiting requests the adapter and an `AutoServe` may count as work still to do
+    (besides the rows in flight), as a server holding that many knows them; 0 (default): every
+    request of the call. With queue > 0 their decisions do not depend on how large the call is
+    beyond the requests it holds (tests/test_long_jobs.py).
     """
     options = DecodeOptions(top_k=top_k, top_p=top_p, seed=seed, stop_ids=stop_token_ids(target, stop_tokens),
-                            batch_size=batch_size, mesh=mesh, profile=profile, refill=refill, refill_rows=refill_rows)
+                            batch_size=batch_size, mesh=mesh, profile=profile, refill=refill, refill_rows=refill_rows,
+                            queue=queue)
     requests = make_requests(target, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                              key_index=key_index, limit=max_cache_len or target.config.max_position_embeddings)
     if isinstance(drafter, AutoServe):

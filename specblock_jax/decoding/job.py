@@ -66,12 +66,24 @@ class DecodeOptions:
     """Continuous batching; None: on for calls larger than one batch, off under a mesh."""
     refill_rows: int = 1
     """With refill, the loop returns to the host once this many rows are free."""
+    queue: int = 0
+    """Requests waiting to be served that the adapter and `auto` count as work still to do, besides
+    the rows in flight: a server holding this many (`held`); 0: every request of the call."""
 
     def __post_init__(self):
         if self.profile not in PROFILES:
             raise ValueError(f"profile must be 'off', 'draft' or 'all', got {self.profile!r}")
         if self.refill_rows < 1:
             raise ValueError(f"refill_rows must be >= 1, got {self.refill_rows}")
+        if self.queue < 0:
+            raise ValueError(f"queue must be >= 0 (0: the whole call), got {self.queue}")
+
+
+def held(waiting: Sequence, in_flight: int, queue: int) -> list:
+    """What a server holding `queue` waiting requests knows of a call's unserved requests
+    `waiting` (serving order, the `in_flight` rows first): the first in_flight + queue; all of
+    them for queue 0."""
+    return list(waiting) if queue == 0 else list(waiting[:in_flight + queue])
 
 
 def encode_prompts(target: Target, prompts: Sequence[str | Sequence[int]]) -> list[list[int]]:
