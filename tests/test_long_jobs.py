@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -183,3 +184,33 @@ def test_with_expect_updates_continue_through_a_long_job_spaced_by_their_measure
     assert _updates(1.0, 0.02, 120) == [n for n in helping if n < 120]
     with pytest.raises(ValueError, match="expect"):
         CostAwareController(expect=-1.0)
+
+
+def test_a_measured_update_cost_is_reused_by_the_next_job_of_the_same_shapes(target, eagle3, monkeypatch):
+    """The first job calibrates its update cost; the next job of the same shapes starts from the
+    cost measured so far instead, and decides and trains the same way (calibration draws none
+    of the adapter's random keys); other shapes calibrate their own."""
+    import specblock_jax as sbj
+    import specblock_jax.adaptation.adapter as adapter_mod
+    from specblock_jax.adaptation import AdaptConfig, Adapter
+
+    monkeypatch.setattr(adapter_mod, "MEASURED_COSTS", {})
+    rng = np.random.default_rng(6)
+    job = [rng.integers(0, V, 9).tolist() for _ in range(8)]
+
+    def run(**settings):
+        ad = Adapter(eagle3, AdaptConfig(**{"min_rows": 2, "window": 40, "capacity": 8, "batch_rows": 2,
+                                            "eval_rows": 2, "cost_scale": 0.0, **settings}))
+        sbj.generate(target, job, drafter=eagle3, max_new_tokens=16, batch_size=2, refill=False, adapter=ad)
+        return ad, [k for e in ad.events for k in e if k.startswith("calibration")]
+
+    first, calibrated = run()
+    assert calibrated == ["calibration_s"] and list(adapter_mod.MEASURED_COSTS) == [first.cost_key()]
+    measured = adapter_mod.MEASURED_COSTS[first.cost_key()]
+    second, reused = run()
+    assert reused == ["calibration_reused_s"] and [e["calibration_reused_s"] for e in second.events
+                                                   if "calibration_reused_s" in e] == [measured]
+    assert [e["update"] for e in second.events] == [e["update"] for e in first.events]
+    assert [e.get("rolled_back") for e in second.events] == [e.get("rolled_back") for e in first.events]
+    assert all(bool(jnp.array_equal(second.trainable[k], first.trainable[k])) for k in first.trainable)
+    assert run(steps=4)[1] == ["calibration_s"]  # another round shape
