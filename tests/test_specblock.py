@@ -13,7 +13,8 @@ import specblock_jax as sbj
 import specblock_jax.drafters.specblock as specblock_module
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer_shift, legacy_tree_settings
-from specblock_jax.drafters.specblock_train import SpecBlockTask, later_block_mask, run_blocks
+from specblock_jax.drafters.specblock_train import SpecBlockTask, block_attention, block_masks, run_blocks
+from specblock_jax.models.attention import attend
 from specblock_jax.training.losses import draft_loss, rank_loss
 from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
@@ -22,9 +23,27 @@ from helpers import train_on_fixed_batch
 V = 32
 
 
+def _assert_block_attention(mask: np.ndarray, ms: list) -> None:
+    """block_attention under block_masks, of the block over [block 1 | later blocks] keys that the
+    hand-written mask [T*K, blocks * T*K] (T = 2, K = 3) covers == dense attention under that
+    mask, in one query chunk and in one chunk per position."""
+    blocks = mask.shape[1] // 6
+    rng = np.random.default_rng(len(ms))
+    q = jnp.asarray(rng.normal(size=(1, 6, 4, 8)), jnp.float32)
+    kv = [(jnp.asarray(rng.normal(size=(1, 6, 2, 8)), jnp.float32),
+           jnp.asarray(rng.normal(size=(1, 6, 2, 8)), jnp.float32)) for _ in range(blocks)]
+    dense = attend(q, jnp.concatenate([k for k, _ in kv], 1), jnp.concatenate([v for _, v in kv], 1),
+                   jnp.asarray(mask)[None])
+    see_first, see_local = block_masks(jnp.ones((1, 2), jnp.int32), 3, [jnp.asarray(m) for m in ms], blocks - 1)
+    for chunk in (1, 2):
+        got = block_attention(q, kv[0], see_first, kv[1:], see_local, 3, chunk=chunk)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(dense), rtol=1e-5, atol=1e-6)
+
+
 def test_block_masks_match_hand_written_matrices_for_k3():
     # two positions, K = 3: entry e = i * 3 + k sees every e' <= e
     np.testing.assert_array_equal(np.asarray(block_mask(2, 3)), np.tril(np.ones((6, 6), bool)))
+    _assert_block_attention(np.tril(np.ones((6, 6), bool)), [])
     # block 2 drafted from slot M - 1 = 1: block-1 entries before i * 3 + 2, own slots <= k
     expected = np.array([
         # block 1 (i=0 | i=1)   block 2 (i=0 | i=1)
@@ -34,11 +53,10 @@ def test_block_masks_match_hand_written_matrices_for_k3():
         [1, 1, 1, 1, 1, 0,      0, 0, 0, 1, 0, 0],
         [1, 1, 1, 1, 1, 0,      0, 0, 0, 1, 1, 0],
         [1, 1, 1, 1, 1, 0,      0, 0, 0, 1, 1, 1]], bool)
-    np.testing.assert_array_equal(np.asarray(later_block_mask(2, 3, 1, [2])), expected)
+    _assert_block_attention(expected, [2])
     # block 3 from slot 0 of block 2: block 2's first slot at the own position is visible too
-    m3 = np.asarray(later_block_mask(2, 3, 2, [2, 1]))
-    np.testing.assert_array_equal(m3[:, 6:12], np.array([[1, 0, 0, 0, 0, 0]] * 3 + [[0, 0, 0, 1, 0, 0]] * 3, bool))
-    np.testing.assert_array_equal(m3[:, 12:], expected[:, 6:])
+    block2 = np.array([[1, 0, 0, 0, 0, 0]] * 3 + [[0, 0, 0, 1, 0, 0]] * 3, bool)
+    _assert_block_attention(np.concatenate([expected[:, :6], block2, expected[:, 6:]], axis=1), [2, 1])
 
 
 def test_layer_shift_is_exactly_the_formula():

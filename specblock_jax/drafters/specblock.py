@@ -136,20 +136,36 @@ class SpecBlockModel(nnx.Module):
         c = self.c
         b, g, h = cond.shape
         k = c.block_size
-        parts = [jnp.broadcast_to(self.cond_norm(cond)[:, :, None], (b, g, k, h)),
-                 jnp.broadcast_to(self.token_norm(emb)[:, :, None], (b, g, k, h)),
-                 jnp.broadcast_to(self.query_norm(self.slot_queries[...]), (b, g, k, h))]
-        x = jnp.concatenate(parts, axis=-1) @ self.fuse[...]
-        pos = (positions[:, :, None] + 1 + jnp.arange(k)).reshape(b, g * k)
-        cos, sin = rope_cos_sin(pos, c.rope, c.head_dim, x.dtype)
+        x = self.block_input(cond, emb)
+        cos, sin = self.slot_rope(positions, x.dtype)
         out = []
         for layer_index, layer in enumerate(self.layers):
-            if layer_index and c.layer_shift:
-                x = layer_shift(x, self.shift[layer_index - 1])
+            x = self.shift_slots(x, layer_index)
             y, cache = layer(x.reshape(b, g * k, h), cos, sin, mask, caches[layer_index], starts, kv_len)
             x = y.reshape(b, g, k, h)
             out.append(cache)
         return x, tuple(out)
+
+    def block_input(self, cond, emb):
+        """cond/emb [B, G, H] -> the K slots' inputs [B, G, K, H] (fuse of the three norms)."""
+        b, g, h = cond.shape
+        shape = (b, g, self.c.block_size, h)
+        parts = [jnp.broadcast_to(self.cond_norm(cond)[:, :, None], shape),
+                 jnp.broadcast_to(self.token_norm(emb)[:, :, None], shape),
+                 jnp.broadcast_to(self.query_norm(self.slot_queries[...]), shape)]
+        return jnp.concatenate(parts, axis=-1) @ self.fuse[...]
+
+    def slot_rope(self, positions, dtype):
+        """positions [B, G] -> RoPE (cos, sin) of the G*K slots (slot k at position + 1 + k)."""
+        b, g = positions.shape
+        pos = (positions[:, :, None] + 1 + jnp.arange(self.c.block_size)).reshape(b, g * self.c.block_size)
+        return rope_cos_sin(pos, self.c.rope, self.c.head_dim, dtype)
+
+    def shift_slots(self, x, layer_index: int):
+        """x [B, G, K, H] before layer `layer_index`: the layer-wise shift (layers >= 1), or x."""
+        if layer_index and self.c.layer_shift:
+            return layer_shift(x, self.shift[layer_index - 1])
+        return x
 
     def logits(self, hidden):
         return jnp.einsum("...h,hv->...v", self.norm(hidden), self.lm_head[...],

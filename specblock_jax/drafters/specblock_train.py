@@ -7,7 +7,9 @@ from a leaf: draw M_b ~ U{1..K}; its condition is block b-1's output hidden at s
 its token the ground truth M_b further on (offset o_b = M_2 + ... + M_b), so slot k predicts
 x_{t+2+o_b+k}. Block b's queries see block 1's entries before t * K + M_2 (earlier positions, and the
 first M_2 slots of their own), the first M_{c+1} slots of block c (1 < c < b) at their own position
-and their own block's slots <= k: exactly what a level-b block of the decoding tree sees.
+and their own block's slots <= k: exactly what a level-b block of the decoding tree sees. The
+training unroll computes only the visible part (`block_attention`): block 1's entries of earlier
+positions in query chunks, and a K-wide band per later block at the query's own position.
 
 Losses per block (summed over blocks, no filtering between them):
   draft: soft CE against the target distribution, slot weights decay^k; with `valid_prefix` the
@@ -22,6 +24,7 @@ Losses per block (summed over blocks, no filtering between them):
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import jax
@@ -39,18 +42,6 @@ from specblock_jax.training.losses import chain_tau, draft_loss, label_logits, r
 from specblock_jax.training.task import frozen_target_outputs, parse_settings
 
 
-def later_block_mask(t: int, k: int, block: int, ms: list) -> jax.Array:
-    """[T*K, (block + 1) * T*K] mask of block `block` (0-based, >= 1) over all blocks' entries;
-    ms[c] = M of block c + 1 (traced ints)."""
-    e = jnp.arange(t * k)
-    qi, qk = (e // k)[:, None], (e % k)[:, None]
-    ki, kk = (e // k)[None, :], (e % k)[None, :]
-    parts = [e[None, :] < qi * k + ms[0]]
-    parts += [(ki == qi) & (kk < ms[c]) for c in range(1, block)]
-    parts.append((ki == qi) & (kk <= qk))
-    return jnp.concatenate(parts, axis=1)
-
-
 def loss_rows(key, has_data: jax.Array, fraction: float) -> jax.Array:
     """[B, R] positions whose logits enter the loss: all T (fraction 1) or R = ceil(fraction * T)
     drawn at random, positions with data (has_data [B, T] > 0) before the others."""
@@ -62,62 +53,127 @@ def loss_rows(key, has_data: jax.Array, fraction: float) -> jax.Array:
     return jax.lax.top_k(noise, rows)[1]
 
 
+QUERY_CHUNK = 32  # positions per query chunk of `block_attention`
+
+
+def block_attention(q, first: tuple, see_first, local: list, see_local, k: int,
+                    chunk: int = QUERY_CHUNK) -> jax.Array:
+    """Attention of a block's queries q [B, n, N, D] (n = T*K entries, e = i*K + slot) over
+    block 1's keys/values `first` (each [B, n, KV, D]) under see_first [B, n, n], where no query
+    sees an entry of a later position, and the `local` (k, v) pairs (each [B, n, KV, D]) seen only
+    at the query's own position, under see_local [B, T, K, J] (J = K * len(local); local may be
+    empty). One softmax over both parts: the attention of the dense [n, n + len(local) * n] mask,
+    without computing its hidden columns: queries go in chunks of `chunk` positions, each against
+    the block-1 entries up to the chunk's end only. Returns [B, n, N, D]."""
+    bsz, n, nh, d = q.shape
+    kvh = first[0].shape[2]
+    qg = q.reshape(bsz, n, kvh, nh // kvh, d)
+    hide = jnp.finfo(jnp.float32).min
+    if local:
+        kl = jnp.concatenate([kk.reshape(bsz, n // k, k, kvh, d) for kk, _ in local], axis=2)  # [B, T, J, KV, D]
+        vl = jnp.concatenate([vv.reshape(bsz, n // k, k, kvh, d) for _, vv in local], axis=2)
+    outs, step = [], min(chunk, n // k) * k
+    for start in range(0, n, step):
+        end = min(start + step, n)
+        qc, pos = qg[:, start:end], slice(start // k, end // k)
+        s1 = jnp.einsum("bekgd,bskd->bkges", qc, first[0][:, :end], preferred_element_type=jnp.float32)
+        parts = [jnp.where(see_first[:, None, None, start:end, :end], s1 / math.sqrt(d), hide)]
+        if local:
+            sl = jnp.einsum("btqkgd,btjkd->bkgtqj", qc.reshape(bsz, -1, k, *qc.shape[2:]), kl[:, pos],
+                            preferred_element_type=jnp.float32)
+            sl = jnp.where(see_local[:, None, None, pos], sl / math.sqrt(d), hide)
+            parts.append(sl.reshape(sl.shape[:3] + (end - start, -1)))
+        probs = jax.nn.softmax(jnp.concatenate(parts, axis=-1), axis=-1).astype(first[1].dtype)
+        out = jnp.einsum("bkges,bskd->bekgd", probs[..., :end], first[1][:, :end])
+        if local:
+            p_local = probs[..., end:].reshape(sl.shape)
+            out = out + jnp.einsum("bkgtqj,btjkd->btqkgd", p_local, vl[:, pos]).reshape(out.shape)
+        outs.append(out)
+    return jnp.concatenate(outs, axis=1).reshape(bsz, n, nh, d)
+
+
+def block_masks(valid, k: int, ms: list, block: int) -> tuple[jax.Array, jax.Array | None]:
+    """(see_first [B, n, n], see_local [B, T, K, J] or None) of block `block` (0-based; ms as in
+    `run_blocks`, valid [B, T]): block 1's entry (i, k) sees e' <= i*K + k (`block_mask`); a later
+    block's sees block 1's entries before i*K + M_2, the first M_{c+1} slots of block c
+    (1 < c < b) at its own position, and its own slots <= k; only valid positions' entries."""
+    b, t = valid.shape
+    ok = valid.astype(bool)
+    key_ok = jnp.repeat(ok, k, axis=1)[:, None, :]
+    if block == 0:
+        return block_mask(t, k)[None] & key_ok, None
+    e = jnp.arange(t * k)
+    see_first = (e[None, :] < (e // k * k + ms[0])[:, None])[None] & key_ok
+    slot = jnp.arange(k)
+    see_local = [jnp.broadcast_to(slot[None, :] < ms[c], (k, k)) for c in range(1, block)]
+    see_local = jnp.concatenate(see_local + [slot[None, :] <= slot[:, None]], axis=1)  # [K, J]
+    return see_first, see_local[None, None] & ok[:, :, None, None]
+
+
 def run_blocks(model, embed, cond, tokens, valid, ms: list) -> list[jax.Array]:
     """Block 1 over conditions cond [B, T, H] and tokens x_{t+1}, then one block per M in `ms`
     (block b conditioned on block b-1's slot M_b - 1, tokens offset by M_2 + ... + M_b).
-    Returns each block's hidden [B, T, K, H]."""
+    Returns each block's hidden [B, T, K, H]. Attention: `block_masks`, `block_attention`."""
     b, t = tokens.shape
-    c = model.c
-    k = c.block_size
-    key_ok = jnp.repeat(valid.astype(bool), k, axis=1)[:, None, :]  # [B, 1, T*K]
-    zeros = jnp.zeros((b, c.num_kv_heads, t * k, c.head_dim), jnp.dtype(c.dtype))  # caches [B, K, S, D]
+    k = model.c.block_size
+    n = t * k
+    first, local = [], []  # block 1's (k, v) per layer; each later block's (k, v) per layer
     idx = jnp.arange(t)
-    offset, kvs, hiddens = 0, [], []
+    offset, hiddens = 0, []
     for blk in range(len(ms) + 1):
-        if blk == 0:
-            mask = block_mask(t, k)[None] & key_ok
-        else:
+        if blk:
             cond = jnp.take(hiddens[-1], ms[blk - 1] - 1, axis=2)
             offset = offset + ms[blk - 1]
-            mask = later_block_mask(t, k, blk, ms)[None] & jnp.concatenate([key_ok] * (blk + 1), axis=2)
-        caches = tuple((jnp.concatenate([kv[layer][0] for kv in kvs] + [zeros], axis=2),
-                        jnp.concatenate([kv[layer][1] for kv in kvs] + [zeros], axis=2))
-                       for layer in range(c.num_layers))
-        tok = shift(tokens, 1 + offset)
-        pos = jnp.broadcast_to(idx + offset, (b, t))
-        hidden, caches = model.block(cond, jnp.take(embed, tok, axis=0), pos, mask, caches,
-                                     jnp.full((b,), blk * t * k, jnp.int32))
-        kvs.append(tuple((ck[:, :, blk * t * k:], cv[:, :, blk * t * k:]) for ck, cv in caches))
-        hiddens.append(hidden)
+        see_first, see_local = block_masks(valid, k, ms, blk)
+        x = model.block_input(cond, jnp.take(embed, shift(tokens, 1 + offset), axis=0))
+        cos, sin = model.slot_rope(jnp.broadcast_to(idx + offset, (b, t)), x.dtype)
+        kvs = []
+        for li, layer in enumerate(model.layers):
+            x = model.shift_slots(x, li).reshape(b, n, -1)
+            q, kk, vv = layer.self_attn.project(layer.input_layernorm(x), cos, sin)
+            kvs.append((kk, vv))
+            keys = first[li] if blk else (kk, vv)
+            seen = [blk_kv[li] for blk_kv in local] + [(kk, vv)] if blk else []
+            att = block_attention(q, keys, see_first, seen, see_local, k)
+            x = x + layer.self_attn.output(att)
+            x = (x + layer.mlp(layer.post_attention_layernorm(x))).reshape(b, t, k, -1)
+        if blk == 0:
+            first = kvs
+        else:
+            local.append(kvs)
+        hiddens.append(x)
     return hiddens
 
 
-def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, valid, key, *,
-                   num_blocks: int = 3, decay: float = 0.8, valid_prefix: bool = True,
-                   rank_weight: float = 1.0, loss_fraction: float = 1.0,
-                   vocab: tuple[jax.Array, jax.Array] | None = None):
-    """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T];
-    vocab: (d2t, t2d) of a reduced draft vocabulary (the target distribution restricted to it,
-    positions whose target argmax is outside it unscored, as in EAGLE-3; drafters/draft_vocab.py).
-    Every block runs over all T positions (they are each other's keys); its loss is taken at all
-    of them or, to bound the cost of the vocabulary-wide soft CE, at a random `loss_fraction` of
-    them per block and step (an unbiased sample of the same loss). Returns (loss, metrics)."""
-    b, t = tokens.shape
-    k = model.c.block_size
+def loss_targets(target_logits, loss_mask, valid, vocab=None):
+    """(p_target [B, T, V'] fp32, its argmax [B, T], data [B, T] fp32 positions scored) from the
+    target's logits [B, T, V]; vocab: (d2t, t2d) restricts them to the draft vocabulary (positions
+    whose target argmax is outside it unscored, as in EAGLE-3; drafters/draft_vocab.py)."""
     if vocab is not None:
         target_logits, inside_vocab = draft_vocab.restrict(target_logits, *vocab)
         loss_mask = loss_mask * inside_vocab.astype(loss_mask.dtype)
     p_target = jax.nn.softmax(target_logits.astype(jnp.float32), axis=-1)
-    want = jnp.argmax(target_logits, axis=-1)
-    data = (loss_mask * valid).astype(jnp.float32)
-    ms = [jax.random.randint(jax.random.fold_in(key, blk), (), 1, k + 1) for blk in range(1, num_blocks)]
-    hiddens = run_blocks(model, embed, model.features(target_hidden), tokens, valid, ms)
+    return p_target, jnp.argmax(target_logits, axis=-1), (loss_mask * valid).astype(jnp.float32)
+
+
+def block_offsets(key, num_blocks: int, k: int) -> list:
+    """M_2..M_B ~ U{1..K} (traced ints), one per later block."""
+    return [jax.random.randint(jax.random.fold_in(key, blk), (), 1, k + 1) for blk in range(1, num_blocks)]
+
+
+def blocks_loss(model, hiddens: list, ms: list, p_target, want, data, key, *, decay: float = 0.8,
+                valid_prefix: bool = True, rank_weight: float = 1.0, loss_fraction: float = 1.0):
+    """The draft and rank losses of each block's hidden [B, T, K, H] (`run_blocks`), against
+    p_target/want/data of `loss_targets`. Returns (loss, metrics)."""
+    b, t = want.shape
+    k = model.c.block_size
     total, metrics, offset = 0.0, {}, 0
     for blk, hidden in enumerate(hiddens):
         offset = offset + (ms[blk - 1] if blk else 0)
         # the loss rows: every position, or a random `loss_fraction` of them (data rows first)
         sel = loss_rows(jax.random.fold_in(key, 100 + blk), shift(data, 1 + offset), loss_fraction)
-        h_sel = jnp.take_along_axis(hidden, sel[:, :, None, None], axis=1)  # [B, R, K, H]
+        # [B, R, K, H]; every row: no gather (its gradient would be a scatter-add)
+        h_sel = hidden if loss_fraction >= 1.0 else jnp.take_along_axis(hidden, sel[:, :, None, None], axis=1)
         logits = model.logits(h_sel)
         logq = jax.nn.log_softmax(logits, axis=-1)
         ahead = sel[:, :, None] + 1 + offset + jnp.arange(k)  # [B, R, K] index of p predicting
@@ -138,6 +194,22 @@ def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask
         for j in range(k):
             metrics[f"{name}_acc_{j}"] = acc[j]
     return total, metrics
+
+
+def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, valid, key, *,
+                   num_blocks: int = 3, decay: float = 0.8, valid_prefix: bool = True,
+                   rank_weight: float = 1.0, loss_fraction: float = 1.0,
+                   vocab: tuple[jax.Array, jax.Array] | None = None):
+    """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T];
+    vocab: (d2t, t2d) of a reduced draft vocabulary (`loss_targets`).
+    Every block runs over all T positions (they are each other's keys); its loss is taken at all
+    of them or, to bound the cost of the vocabulary-wide soft CE, at a random `loss_fraction` of
+    them per block and step (an unbiased sample of the same loss). Returns (loss, metrics)."""
+    p_target, want, data = loss_targets(target_logits, loss_mask, valid, vocab)
+    ms = block_offsets(key, num_blocks, model.c.block_size)
+    hiddens = run_blocks(model, embed, model.features(target_hidden), tokens, valid, ms)
+    return blocks_loss(model, hiddens, ms, p_target, want, data, key, decay=decay,
+                       valid_prefix=valid_prefix, rank_weight=rank_weight, loss_fraction=loss_fraction)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

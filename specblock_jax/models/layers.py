@@ -127,14 +127,7 @@ class Attention(nnx.Module):
         kv_len [] int32 or None: no query sees a cache slot >= kv_len (attention then costs what
         the sequence is long, models/attention.py). Returns (out [B, T, H], updated (k, v) or None).
         """
-        q = jnp.einsum("bth,hnd->btnd", x, self.q_proj[...])
-        k = jnp.einsum("bth,hkd->btkd", x, self.k_proj[...])
-        v = jnp.einsum("bth,hkd->btkd", x, self.v_proj[...])
-        if self.bias:
-            q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        q, k, v = self.project(x, cos, sin)
         if kv_cache is not None:
             kv_cache = (write_kv(kv_cache[0], k, starts, layer), write_kv(kv_cache[1], v, starts, layer))
             if layer is None:
@@ -143,10 +136,23 @@ class Attention(nnx.Module):
                 att = attend_stacked(q, kv_cache[0], kv_cache[1], layer, mask, kv_len)
         else:
             att = attend(q, k, v, mask)
-        out = jnp.einsum("btnd,ndh->bth", att, self.o_proj[...])
+        return self.output(att), kv_cache
+
+    def project(self, x, cos, sin):
+        """x [B, T, H] -> q [B, T, N, D], k/v [B, T, K, D], RoPE applied (for a caller's own attention)."""
+        q = jnp.einsum("bth,hnd->btnd", x, self.q_proj[...])
+        k = jnp.einsum("bth,hkd->btkd", x, self.k_proj[...])
+        v = jnp.einsum("bth,hkd->btkd", x, self.v_proj[...])
         if self.bias:
-            out = out + self.o_bias[...]
-        return out, kv_cache
+            q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def output(self, att):
+        """att [B, T, N, D] -> [B, T, H]."""
+        out = jnp.einsum("btnd,ndh->bth", att, self.o_proj[...])
+        return out + self.o_bias[...] if self.bias else out
 
 
 class MLP(nnx.Module):
