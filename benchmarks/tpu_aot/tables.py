@@ -64,9 +64,12 @@ FOOTER = """
   tree costs (2.48 ms): depth, not width, sets the price. Prompt lookup, with no network, still
   prices at 1.35x a one-token step; what else its step reads was not broken down in this run
   (`run.py --only breakdown` prices propose / tree_forward / verify_commit / update apart).
-- **DFlash's head is not sharded**: its decoding params carry the target's LM head as `head`
-  [4096, 151936], which no rule of `parallel/mesh.py` PARAM_RULES matches, so every chip holds
-  and reads all 1.24 GB of it (the DFlash rows' 6.9 GB per chip against EAGLE-3's 5.3 GB).
+- **DFlash's head was not sharded in these rows**: its decoding params carry the target's LM
+  head as `head` [4096, 151936], which no rule of `parallel/mesh.py` PARAM_RULES matched, so
+  every chip held and read all 1.24 GB of it (the DFlash rows' 6.9 GB per chip against EAGLE-3's
+  5.3 GB). Fixed since: `head` is vocab-split over "model" like `lm_head` (tests/test_aot.py
+  checks the shard), 0.31 GB per chip on 4 chips, about 0.93 GB less per chip by arithmetic;
+  the DFlash rows above were not re-run.
 - **Priced speedups use the miniature's tau**, whose drafters are small and weakly trained
   (SpecBlock 1.67, DFlash block 8 2.04): at these taus SpecBlock and DFlash price below 1x. Real
   released drafters accept more; the priced step costs are the part this table adds.
