@@ -6,8 +6,9 @@
 Each mode writes measured quantities as JSON under its name; the test asserts on them:
   train       the EAGLE-3 train step (tiny target, frozen) for meshes (8,1), (4,2), (2,4) against
               one device: per-step losses, final params and momentum (SGD + momentum)
-  decode      sbj.generate greedy on meshes (8,1), (4,2), (2,4) vs one device: target-only,
-              prompt lookup, EAGLE-3, SpecBlock and BlockPilot (random drafters), token ids compared
+  decode      sbj.generate greedy on meshes (8,1), (4,2), (2,4): target-only, prompt lookup, EAGLE-3,
+              SpecBlock and BlockPilot (random drafters), token ids compared with target-only
+              decoding on one device
   checkpoint  trainer (AdamW) run on (4,2) saved by orbax, restored on (8,1), (1,1) and one
               device, and resumed by the trainer on (8,1) vs an uninterrupted one-device run
 """
@@ -164,12 +165,11 @@ def run_decode() -> dict:
                                                 graphdef), {"dflash": df_params, "policy": pparams})
     methods = {"ar": None, "prompt_lookup": "prompt_lookup", "eagle3": eagle, "specblock": specblock,
                "blockpilot": pilot}
-    # one device: BlockPilot routes each request to a DFlash drafter of its size; under a mesh it
-    # serves all sizes in one loop (masked): both must give the target's tokens
-    ref = {m: [r.token_ids for r in sbj.generate(tgt, prompts, drafter=d, **kw)]
-           for m, d in methods.items()}
-    out = {"ref_lengths": {m: [len(t) for t in v] for m, v in ref.items()}, "meshes": {},
-           "one_device_equals_ar": {m: v == ref["ar"] for m, v in ref.items()}}
+    # greedy: every method's output is the target's own (the lossless tests prove it on one device),
+    # so each mesh run is compared with target-only decoding on one device. (BlockPilot serves all
+    # sizes in one masked loop under a mesh, where one device routes each request to its size.)
+    ar = [r.token_ids for r in sbj.generate(tgt, prompts, **kw)]
+    out = {"ref_lengths": [len(t) for t in ar], "meshes": {}}
     for name, spec in MESHES.items():
         mesh = parallel.make_mesh(spec)
         # each method once, on a mesh that splits what it must handle: target-only on the data axis
@@ -179,7 +179,7 @@ def run_decode() -> dict:
         for m in use:
             res = sbj.generate(tgt, prompts, drafter=methods[m], mesh=mesh, **kw)
             out["meshes"][name][m] = {
-                "identical": [r.token_ids for r in res] == ref[m],
+                "identical": [r.token_ids for r in res] == ar,
                 "taus": [r.stats.tau for r in res],
                 "batch_size": res[0].stats.batch_size}
     # the decode layout: KV cache and weights really split
