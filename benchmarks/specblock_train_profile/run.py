@@ -37,7 +37,6 @@ from flax import nnx
 import specblock_jax as sbj
 from specblock_jax.drafters import specblock_train as sbt
 from specblock_jax.drafters.eagle3_train import Eagle3Task
-from specblock_jax.models.attention import attend_prefix
 from specblock_jax.training.task import frozen_target_outputs
 from specblock_jax.training.trainer import TRAINER_DEFAULTS, make_optimizer, make_train_step
 
@@ -86,14 +85,6 @@ def batch(b: int, t: int, seed: int = 0) -> dict:
             "attention_mask": jnp.ones((b, t), jnp.int32)}
 
 
-def attention_parts(task, hiddens_shape) -> list[tuple]:
-    """(q, k, v, mask) shapes of every attention call of the block unroll: per block and layer."""
-    c = task.config
-    b, t, k = hiddens_shape[0], hiddens_shape[1], c.block_size
-    return [((b, t * k, c.num_heads, c.head_dim), (b, c.num_kv_heads, (blk + 1) * t * k, c.head_dim))
-            for blk in range(task.settings.num_blocks) for _ in range(c.num_layers)]
-
-
 def profile_specblock(target, reps: int) -> tuple[dict, dict]:
     s, cfg = settings("specblock")
     task = sbt.SpecBlockTask(s, target)
@@ -120,20 +111,20 @@ def profile_specblock(target, reps: int) -> tuple[dict, dict]:
         params, hidden, ms, reps=reps)
 
     c = task.config
-    shapes = attention_parts(task, hiddens[0].shape)
-    qkv = [(jnp.ones(qs, c.dtype), jnp.ones(ks, c.dtype), jnp.ones(ks, c.dtype),
-            jnp.ones((qs[0], qs[1], ks[2]), bool)) for qs, ks in shapes]
+    n = cfg["max_len"] * c.block_size
+    kv_shape = (cfg["batch_size"], n, c.num_kv_heads, c.head_dim)
+    qs = [jnp.ones((cfg["batch_size"], n, c.num_heads, c.head_dim), c.dtype) for _ in range(c.num_layers)]
+    kvs = [[(jnp.ones(kv_shape, c.dtype), jnp.ones(kv_shape, c.dtype)) for _ in range(s["num_blocks"])]
+           for _ in range(c.num_layers)]
+    masks = [sbt.block_masks(data["attention_mask"], c.block_size, ms, blk) for blk in range(s["num_blocks"])]
 
-    def attention(qkv):
-        return [attend_prefix(q, k, v, m, None) for q, k, v, m in qkv]
+    def attention_sum(qs, kvs):  # every block's attention in every drafter layer
+        return sum(jnp.sum(sbt.block_attention(q, kv[0], see_first, kv[1:blk + 1] if blk else [], see_local,
+                                               c.block_size).astype(jnp.float32))
+                   for q, kv in zip(qs, kvs) for blk, (see_first, see_local) in enumerate(masks))
 
-    out["attention_fwd"] = measure(attention, qkv, reps=reps)
-    masks = [m for *_, m in qkv]
-
-    def attention_sum(x):
-        return sum(jnp.sum(attend_prefix(q, k, v, m, None).astype(jnp.float32)) for (q, k, v), m in zip(x, masks))
-
-    out["attention_fwd_bwd"] = measure(jax.grad(attention_sum), [(q, k, v) for q, k, v, _ in qkv], reps=reps)
+    out["attention_fwd"] = measure(attention_sum, qs, kvs, reps=reps)
+    out["attention_fwd_bwd"] = measure(jax.grad(attention_sum, argnums=(0, 1)), qs, kvs, reps=reps)
 
     p_target, want, dmask = sbt.loss_targets(logits, data["loss_mask"], data["attention_mask"], task.vocab_arrays())
 
@@ -190,14 +181,48 @@ def profile_eagle3(target, reps: int) -> dict:
             "train_step": measure_step(make_train_step(task, tx), params, tx, frozen, data, key, reps)}
 
 
+PARTS = ("target_forward", "blocks_fwd", "blocks_fwd_bwd", "attention_fwd", "attention_fwd_bwd", "losses_fwd",
+         "losses_fwd_bwd", "loss_fwd", "loss_grad", "train_step")
+
+
+def table(results: dict) -> str:
+    """Markdown: one row per part, per label wall ms (share of its train_step) and compiled
+    GFLOP / GB; then EAGLE-3's step beside SpecBlock's."""
+    labels = list(results)
+    head = "| part | " + " | ".join(f"{x} ms (share) | {x} GFLOP lowered / compiled | {x} GB" for x in labels) + " |"
+    lines = [head, "|---|" + "---:|" * (3 * len(labels))]
+    for part in PARTS:
+        cells = []
+        for x in labels:
+            r, step = results[x]["specblock"].get(part), results[x]["specblock"]["train_step"]["wall_ms"]
+            cells += (["-"] * 3 if r is None else
+                      [f"{r['wall_ms']:.0f} ({r['wall_ms'] / step:.0%})",
+                       f"{r['lowered_gflop']:.1f} / {r['compiled_gflop']:.1f}", f"{r['compiled_gbytes']:.1f}"])
+        lines.append(f"| {part} | " + " | ".join(cells) + " |")
+    lines += ["", "| label | EAGLE-3 step ms | SpecBlock step ms | wall ratio | lowered GFLOP ratio |", "|---|---:|---:|---:|---:|"]
+    for x in labels:
+        e, sb = results[x].get("eagle3", {}).get("train_step"), results[x]["specblock"]["train_step"]
+        if e:
+            lines.append(f"| {x} | {e['wall_ms']:.0f} | {sb['wall_ms']:.0f} | {sb['wall_ms'] / e['wall_ms']:.2f}x | "
+                         f"{sb['lowered_gflop'] / e['lowered_gflop']:.2f}x ({sb['lowered_gflop']:.1f} / {e['lowered_gflop']:.1f}) |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--label", required=True)
+    p.add_argument("--label", default=None)
+    p.add_argument("--markdown", action="store_true", help="print the results.json tables and exit")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--skip-eagle3", action="store_true")
     p.add_argument("--save-grads", type=Path, default=None)
     p.add_argument("--compare-grads", type=Path, default=None)
     args = p.parse_args()
+    path = HERE / "results.json"
+    if args.markdown:
+        print(table(json.loads(path.read_text())))
+        return
+    if not args.label:
+        p.error("--label is required")
     target = sbj.load_target(ROOT / "assets/target")
     sb, ref = profile_specblock(target, args.reps)
     record = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "jax": jax.__version__,
@@ -213,7 +238,6 @@ def main() -> None:
                               "worst_leaf": max(diffs, key=diffs.get)}
     if not args.skip_eagle3:
         record["eagle3"] = profile_eagle3(target, args.reps)
-    path = HERE / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {}
     results[args.label] = record
     path.write_text(json.dumps(results, indent=1) + "\n")
