@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from specblock_jax_cli.train.build_corpus import (SPLITS, bucket_of, build_corpus, is_test_path, read_split,
                                                   split_of, write_manifest_copy)
-from specblock_jax_cli.train.build_prompts import extract_prompts, finalize
+from specblock_jax.training.source_prompts import extract_prompts, finalize
 from specblock_jax_cli.train.train_tokenizer import SPECIAL_TOKENS, to_transformers, train_bpe, train_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,14 +1,14 @@
 """Builds the two long jobs' prompt files from local files only (issue 41, item 1):
 
 - `assets/prompts/shift_sympy.jsonl`: the domain-shift job. 1,024 windows of whole lines (about 400
-  characters, cut anywhere in a file: the rule of `train.build_prompts.window_prompts`) from the
+  characters, cut anywhere in a file: the rule of `specblock_jax.training.source_prompts.windows`) from the
   non-test sources of the installed `sympy` package, a distribution that is not in the corpus
   (`assets/corpus_manifest_v2.json` lists the 79 that are; the script checks it is not one of them).
   Symbolic mathematics is a domain the target and its drafters never trained on, and the windows
   are a prompt format they never trained on either. Ids `sympy/<relpath>:<first line>`. Built
   from sympy 1.14.0 (another version cuts other windows; the script prints what it wrote).
 - `assets/prompts/indomain.jsonl`: the in-domain job. Every signature + docstring prompt
-  (`train.build_prompts.extract_prompts`, at most 2,000 characters, deduplicated by text) of the
+  (`source_prompts.extract_prompts`, at most 2,000 characters, deduplicated by text) of the
   corpus's held-out standard-library files (the paths `corpus_manifest_v2.json` lists under
   `splits.heldout`, read from the installed standard library it names), minus any prompt whose
   text is in `assets/prompts/train.jsonl`. Ids `heldout/<relpath>:<def line>` (the ids of
@@ -27,15 +27,12 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
-import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the `train` package (a folder of the repository, not installed)
+from specblock_jax.training.source_prompts import extract_prompts, finalize, windows, write_jsonl
 
-from train.build_prompts import extract_prompts, finalize, window_prompts, write_jsonl  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 MANIFEST = ROOT / "assets" / "corpus_manifest_v2.json"
 SHIFT_PACKAGE = "sympy"
@@ -64,12 +61,8 @@ def shift_prompts(manifest: dict, count: int = SHIFT_COUNT) -> list[dict[str, st
     if SHIFT_PACKAGE in {d.lower() for d in manifest["distributions"]}:
         raise SystemExit(f"{SHIFT_PACKAGE} is in the corpus ({MANIFEST}): not a domain shift")
     records = package_sources(SHIFT_PACKAGE)
-    with tempfile.TemporaryDirectory() as tmp:  # window_prompts reads a corpus split file
-        with open(Path(tmp) / "heldout.jsonl", "w", encoding="utf-8") as f:
-            for rec in records:
-                f.write(json.dumps(rec) + "\n")
-        windows = window_prompts(tmp, "heldout", count)
-    return [{"id": SHIFT_PACKAGE + "/" + p["id"].removeprefix("windows/"), "prompt": p["prompt"]} for p in windows]
+    found = windows(records, count, where=SHIFT_PACKAGE)
+    return [{"id": SHIFT_PACKAGE + "/" + p["id"].removeprefix("windows/"), "prompt": p["prompt"]} for p in found]
 
 
 def indomain_prompts(manifest: dict, train_path: Path) -> list[dict[str, str]]:

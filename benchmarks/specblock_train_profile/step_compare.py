@@ -12,20 +12,27 @@ from pathlib import Path
 
 import jax
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run as R  # noqa: E402  (this folder's run.py)
-import specblock_jax as sbj  # noqa: E402
-import specblock_jax.drafters.registry as reg  # noqa: E402
-from specblock_jax.drafters import specblock_train as new  # noqa: E402
-from specblock_jax.drafters.eagle3_train import Eagle3Task  # noqa: E402
-from specblock_jax.training.trainer import make_optimizer, make_train_step  # noqa: E402
+import specblock_jax as sbj
+import specblock_jax.drafters.registry as reg
+from specblock_jax.drafters import specblock_train as new
+from specblock_jax.drafters.eagle3_train import Eagle3Task
+from specblock_jax.training.trainer import make_optimizer, make_train_step
+
+
+def load(name: str, path: Path):
+    """A module from a file (this folder's run.py; the old specblock_train.py given)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+R = load("run", Path(__file__).resolve().parent / "run.py")
 
 # the old module registers the kind "specblock" again: load it with registration switched off
-spec = importlib.util.spec_from_file_location("old_sbt", sys.argv[1])
-old = importlib.util.module_from_spec(spec)
-sys.modules["old_sbt"] = old
 register, reg.register = reg.register, lambda *a, **k: None
-spec.loader.exec_module(old)
+old = load("old_sbt", Path(sys.argv[1]))
 reg.register = register
 
 target = sbj.load_target(R.ROOT / "assets/target")
