@@ -243,7 +243,7 @@ def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, s
         new = sbj.generate(target, prompts, drafter=prep["drafter"], temperature=temperature,
                            max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
                            adapter=prep["adapter"], on_batch=on_batch, profile="all",
-                           refill=False if args.no_refill else None, key_index=keys)
+                           refill=False if args.no_refill else None, key_index=keys, queue=args.queue)
     for r in new:
         r.stats.batch += offset
     results += new
@@ -371,6 +371,9 @@ def parse_args(argv=None):
                    help="split the prompts into this many contiguous chunks and run every method on each "
                         "chunk, the methods' order rotated by one each round, so a slow spell of a shared "
                         "machine falls on every method alike; calibration runs before the first round")
+    p.add_argument("--queue", type=int, default=0, metavar="N",
+                   help="the adapter and auto count as work still to do only the rows in flight and the next "
+                        "N waiting requests, as a server holding N requests would (0: every request of the round)")
     p.add_argument("--warmup-prompts", type=int, default=8,
                    help="prompts decoded target-only, untimed, before the first timed run (0 = no warm-up)")
     p.add_argument("--no-refill", action="store_true",

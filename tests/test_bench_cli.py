@@ -232,7 +232,7 @@ def test_rounds_tell_the_adapter_and_auto_nothing_of_later_rounds(monkeypatch):
     monkeypatch.setattr(bench, "prepare_method", lambda *a: {"method": "m", "drafter": auto, "adapter": held,
                                                              "calibration": None})
     monkeypatch.setattr(bench, "summarise", lambda *a: {})
-    args = argparse.Namespace(rounds=3, max_new_tokens=10, seed=0, no_refill=False)
+    args = argparse.Namespace(rounds=3, max_new_tokens=10, seed=0, no_refill=False, queue=0)
     bench.run_rounds(None, list(range(9)), ["m"], 0.0, 1, args)
     assert seen == [(3, True, True)] * 3
     assert vars(auto) == before  # nothing about the rounds still to come
