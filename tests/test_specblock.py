@@ -15,7 +15,8 @@ from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer_shift, legacy_tree_settings
 from specblock_jax.drafters.specblock_train import SpecBlockTask, block_attention, block_masks, run_blocks
 from specblock_jax.models.attention import attend
-from specblock_jax.training.losses import draft_loss, rank_loss
+from specblock_jax.training.losses import draft_loss
+from specblock_jax.training.losses import rank_loss as specblock_rank_loss
 from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
 from helpers import train_on_fixed_batch
@@ -34,9 +35,11 @@ def _assert_block_attention(mask: np.ndarray, ms: list) -> None:
            jnp.asarray(rng.normal(size=(1, 6, 2, 8)), jnp.float32)) for _ in range(blocks)]
     dense = attend(q, jnp.concatenate([k for k, _ in kv], 1), jnp.concatenate([v for _, v in kv], 1),
                    jnp.asarray(mask)[None])
-    see_first, see_local = block_masks(jnp.ones((1, 2), jnp.int32), 3, [jnp.asarray(m) for m in ms], blocks - 1)
+    # jitted: one compile each instead of op-by-op dispatch
+    see_first, see_local = jax.jit(lambda: block_masks(jnp.ones((1, 2), jnp.int32), 3, [jnp.asarray(m) for m in ms],
+                                                       blocks - 1))()
     for chunk in (1, 2):
-        got = block_attention(q, kv[0], see_first, kv[1:], see_local, 3, chunk=chunk)
+        got = jax.jit(lambda: block_attention(q, kv[0], see_first, kv[1:], see_local, 3, chunk=chunk))()
         np.testing.assert_allclose(np.asarray(got), np.asarray(dense), rtol=1e-5, atol=1e-6)
 
 
@@ -100,6 +103,7 @@ def test_valid_prefix_loss_ignores_slots_after_the_first_error():
 
 
 def test_rank_loss_drops_slots_after_the_first_misranked_one():
+    rank_loss = jax.jit(specblock_rank_loss)  # one compile per shape, not op-by-op dispatch
     true_cls = jnp.asarray([[[0, 2, 1, 3]]])
     logits = jnp.asarray(np.eye(4, dtype=np.float32)[[0, 1, 1, 3]] * 5)[None, None]  # slot 1 wrong
     mask = jnp.ones((1, 1, 4))

@@ -20,22 +20,21 @@ from pathlib import Path
 
 from specblock_jax.models import load_tokenizer
 from specblock_jax.training.regen_archive import pack, restore
-from specblock_jax.training.regen_dataset import build_tfds
+from specblock_jax.training.regen_dataset import build_tfds, built_splits
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="regen_archive", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    pk = sub.add_parser("pack", help="regenerate folder SRC -> archive folder OUT")
-    pk.add_argument("src", type=Path)
-    pk.add_argument("out", type=Path)
-    rs = sub.add_parser("restore", help="archive folder ARCHIVE -> regenerate folder OUT")
-    rs.add_argument("archive", type=Path)
-    rs.add_argument("out", type=Path)
-    rs.add_argument("--tfds-dir", type=Path, default=None, help="then build the TFDS dataset here")
-    for sp in (pk, rs):
+    for cmd, source, what in (("pack", "src", "regenerate folder SRC -> archive folder OUT"),
+                              ("restore", "archive", "archive folder ARCHIVE -> regenerate folder OUT")):
+        sp = sub.add_parser(cmd, help=what)
+        for name in (source, "out"):
+            sp.add_argument(name, type=Path)
         sp.add_argument("--tokenizer", type=Path, default=Path("assets/target"),
                         help="folder of the tokenizer that wrote the data (default %(default)s)")
+        if cmd == "restore":
+            sp.add_argument("--tfds-dir", type=Path, default=None, help="then build the TFDS dataset here")
     args = p.parse_args(argv)
     tok = load_tokenizer(args.tokenizer)
     if tok is None:
@@ -51,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.cmd}: {manifest['bytes'] / 2**20:.2f} MB archive -> {args.out} "
           f"in {time.perf_counter() - t0:.1f} s")
     if args.cmd == "restore" and args.tfds_dir is not None:
-        builder = build_tfds(args.out, args.tfds_dir)
-        splits = {k: v.num_examples for k, v in builder.info.splits.items()}
-        print(f"TFDS specblock_regen {splits} -> {builder.data_dir} ({time.perf_counter() - t0:.1f} s)")
+        print(f"{built_splits(build_tfds(args.out, args.tfds_dir))} ({time.perf_counter() - t0:.1f} s)")
     return 0
 
 

@@ -51,7 +51,7 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from specblock_jax.decoding.job import encode_prompts
 from specblock_jax.training import chat
-from specblock_jax.training.regen_dataset import MODES, build_tfds, read_records
+from specblock_jax.training.regen_dataset import MODES, build_tfds, built_splits, read_records
 
 from . import regenerate_chat
 
@@ -286,9 +286,7 @@ def main(argv: list[str] | None = None) -> int:
               f"tokens  finish {s['finish_reasons']}")
     print(f"{len(skipped)} skip reasons (above); wrote {args.out}")
     if args.tfds_dir is not None:
-        builder = build_tfds(args.out, args.tfds_dir)
-        splits = {k: v.num_examples for k, v in builder.info.splits.items()}
-        print(f"TFDS specblock_regen {splits} -> {builder.data_dir}")
+        print(built_splits(build_tfds(args.out, args.tfds_dir)))
     return 0
 
 

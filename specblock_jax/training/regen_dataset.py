@@ -154,6 +154,12 @@ def build_tfds(source_dir: str | Path, data_dir: str | Path) -> RegenDataset:
     return builder
 
 
+def built_splits(builder: RegenDataset) -> str:
+    """One line naming a built dataset's split sizes and where it is."""
+    splits = {k: v.num_examples for k, v in builder.info.splits.items()}
+    return f"TFDS specblock_regen {splits} -> {builder.data_dir}"
+
+
 def pack_example(prompt_ids: Sequence[int], response_ids: Sequence[int], max_len: int,
                  pad_id: int = PAD_ID, assistant_mask: Sequence[int] | None = None
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
