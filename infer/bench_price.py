@@ -9,9 +9,9 @@ is an estimate, not a measurement, and sits in its own columns:
                                step for `ar`, the whole speculative step (propose, tree forward,
                                verify + commit, update) for the others; the roofline of the TPU
                                compiler's per-device counts, max(FLOPs / peak bf16 FLOP/s, bytes
-                               accessed / HBM bandwidth) (`aot.report.roofline_seconds`: libtpu's
-                               own `optimal_seconds` is the same roofline where it gives one, and
-                               negative, no estimate, for many programs)
+                               accessed / HBM bandwidth) (`aot.report.roofline_seconds`; libtpu's
+                               own `optimal_seconds`, a different estimate, is negative, no
+                               estimate, for many programs)
     priced_speedup             tau_run (tokens committed per decoding forward, measured here)
                                x priced target-only step / priced speculative step
     priced_draft_ms_per_token  the priced drafting phases (propose + update) / tau_run
