@@ -396,6 +396,10 @@ def parse_args(argv=None):
                         "priced_step_ms, priced_speedup (this run's tau x "
                         "priced target-only step / priced speculative step), priced_draft_ms_per_token; "
                         "an estimate, not a measurement")
+    p.add_argument("--price-cache", type=Path, default=None, metavar="DIR",
+                   help="keep the priced milliseconds in DIR and reuse them in later runs on the same "
+                        "library code, jax and libtpu (bench_price.py); meta['price']['sources'] says which "
+                        "were compiled and which read")
     p.add_argument("--price-context", type=int, default=2048, metavar="C",
                    help="prompt bucket of the priced steps; their cache holds it + --max-new-tokens "
                         "(default %(default)s)")
@@ -474,7 +478,8 @@ def main(argv=None) -> int:
         print(warning, file=sys.stderr, flush=True)
     for m in methods:
         cli_method(split_adapt(split_calibrate(m)[0])[0])  # fail fast on an unknown method
-    pricer = Pricer(PriceSpec.parse(args.price, args.price_context, args.max_new_tokens)) if args.price else None
+    pricer = (Pricer(PriceSpec.parse(args.price, args.price_context, args.max_new_tokens), args.price_cache)
+              if args.price else None)
     target = sbj.load_target(args.target)
     records, errors = read_prompts(args.prompts)
     cal_records, records = calibration_split(records[args.skip:], args,
@@ -510,6 +515,8 @@ def main(argv=None) -> int:
                            [r["prompt"] for r in cal_records], pricer)
         compare(group, temperature)  # group[0] is ar's
         rows += group
+        if pricer is not None:
+            meta["price"]["sources"] = dict(pricer.sources)
         write_results(args.out_dir, {**meta, "complete": i == len(groups) - 1}, records, group, rows)
         # a group's executables (every method's loops, adapters, auto options) serve no later group:
         # XLA:CPU runs out of code memory when a long run keeps them all (a 4-group run crashed)

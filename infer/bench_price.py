@@ -17,7 +17,13 @@ is an estimate, not a measurement, and sits in its own columns:
     priced_draft_ms_per_token  the priced drafting phases (propose + update) / tau_run
 
 Each (method kind, tree or block size, batch) compiles once per run (`Pricer` caches it), only the
-phases these columns read (no prefill). A column that cannot be priced (an `auto:` method, a phase
+phases these columns read (no prefill). With `--price-cache DIR` the priced milliseconds are also
+kept on disk, one JSON file per (spec, shape, batch), keyed as well by a digest of the library's
+source files and the jax and libtpu versions, so a later run on the same code reuses them instead
+of compiling again (a Qwen3-8B step takes ~0.5-1 min per phase to compile on a 2-core CPU); any
+change to the library's code or the compiler misses the cache. `Pricer.sources` says, per shape,
+whether it was compiled in this run or read from the cache (and when that entry was computed), and
+the bench's meta records it. A column that cannot be priced (an `auto:` method, a phase
 that failed to compile or whose counts are unknown) is None. How far such estimates
 are from measured TPU figures: benchmarks/tpu_validation/.
 """
@@ -25,7 +31,14 @@ are from measured TPU figures: benchmarks/tpu_validation/.
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import functools
+import hashlib
+import importlib.metadata
+import json
+from pathlib import Path
 
+import specblock_jax
 from specblock_jax.decoding.auto import AutoServe
 from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
 
@@ -83,10 +96,27 @@ def method_shape(drafter) -> dict | None:
     return {"method": kind + knobs, "nodes": int(d.num_nodes)}
 
 
-class Pricer:
-    """Prices decoding steps for one `PriceSpec`, compiling each distinct (method, size, batch) once."""
+@functools.cache
+def code_digest() -> str:
+    """sha256 of the library's source files (paths and bytes) and the jax and libtpu versions: what
+    a priced step depends on besides its spec, shape and batch."""
+    h = hashlib.sha256()
+    root = Path(specblock_jax.__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    for dist in ("jax", "jaxlib", "libtpu"):
+        try:
+            h.update(f"{dist}=={importlib.metadata.version(dist)}".encode())
+        except importlib.metadata.PackageNotFoundError:
+            h.update(f"{dist} absent".encode())
+    return h.hexdigest()
 
-    def __init__(self, spec: PriceSpec):
+
+class Pricer:
+    """Prices decoding steps for one `PriceSpec`, compiling each distinct (method, size, batch) once
+    (and, with `cache_dir`, once per code version: module docstring)."""
+
+    def __init__(self, spec: PriceSpec, cache_dir: Path | None = None):
         from specblock_jax import aot
         from specblock_jax.aot.report import roofline_seconds
 
@@ -97,11 +127,27 @@ class Pricer:
         except (ImportError, ValueError) as e:
             raise SystemExit(f"--price: {e}") from None
         self.spec, self._aot, self._roofline = spec, aot, roofline_seconds
+        self.cache_dir = cache_dir
         self._cache: dict[tuple, dict] = {}
+        self.sources: dict[str, str] = {}  # shape and batch -> "compiled" | "cache (computed DATE)"
+
+    def _disk(self, shape: dict, batch: int) -> Path | None:
+        """The cache file of one (spec, shape, batch) at this code version, or None without a cache."""
+        if self.cache_dir is None:
+            return None
+        key = json.dumps({"spec": dataclasses.asdict(self.spec), "shape": shape, "batch": batch,
+                          "code": code_digest()}, sort_keys=True)
+        return self.cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
     def phases_ms(self, shape: dict, batch: int) -> dict:
         """{phase: estimated ms} of the phases of `shape`'s step at `batch` that compiled and were priced."""
         key = (tuple(sorted(shape.items())), batch)
+        name = f"{json.dumps(shape, sort_keys=True)} batch {batch}"
+        disk = self._disk(shape, batch)
+        if key not in self._cache and disk is not None and disk.exists():
+            entry = json.loads(disk.read_text())
+            self._cache[key] = entry["ms"]
+            self.sources[name] = f"cache {disk} (computed {entry['computed_at']})"
         if key not in self._cache:
             s = dict(shape)
             wanted = ("target_step",) if s["method"] == "ar" else ("spec_step", "propose", "update")
@@ -115,7 +161,15 @@ class Pricer:
             # optimal_seconds is negative, no estimate, for many programs); a phase that failed or
             # whose counts are unknown (a failed cut compile) has none
             ms = {name: self._roofline(p, rec["chip"]) for name, p in rec["phases"].items()}
-            self._cache[key] = {name: 1e3 * s for name, s in ms.items() if s is not None}
+            self._cache[key] = {phase: 1e3 * s for phase, s in ms.items() if s is not None}
+            self.sources[name] = "compiled"
+            if disk is not None:
+                disk.parent.mkdir(parents=True, exist_ok=True)
+                when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+                tmp = disk.with_suffix(".tmp")
+                tmp.write_text(json.dumps({"ms": self._cache[key], "computed_at": when, "shape": shape,
+                                           "batch": batch, "spec": dataclasses.asdict(self.spec)}, indent=1))
+                tmp.replace(disk)
         return self._cache[key]
 
     def row(self, drafter, tau_run: float, batch: int) -> dict:

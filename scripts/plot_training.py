@@ -1,13 +1,15 @@
 """Training curves from `metrics.jsonl` files, as PNGs.
 
-    python scripts/plot_training.py drafters OUT.png LABEL=RUN/metrics.jsonl [LABEL=...] [--title TEXT]
+    python scripts/plot_training.py drafters OUT.png LABEL=RUN/metrics.jsonl@TOKENS_PER_STEP [LABEL=...] [--title TEXT]
     python scripts/plot_training.py target RUN_DIR/metrics.jsonl OUT.png [--title TEXT] [--target 2.6]
                                     [--summary RUN_DIR/summary.json]
 
-drafters: eval tau against training FLOPs for several drafter runs on one plot. Train records carry
-cumulative "flops" (the trainer's XLA cost analysis of its lowered step, `training/trainer.py`
-`step_flops`), eval records "eval_tau_mean"; an eval at step s is placed at s x FLOPs per step. Also
-prints the points as JSON.
+drafters: eval tau against training tokens (left) and training FLOPs (right) for several drafter
+runs. Train records carry cumulative "flops" (the trainer's XLA cost analysis of its lowered step,
+`training/trainer.py` `step_flops`), eval records "eval_tau_mean"; an eval at step s is placed at
+s x FLOPs per step and s x TOKENS_PER_STEP (batch x max_len: the positions a step trains on,
+padding included, the same count for every run; without it the run is left off the tokens panel).
+Also prints the points as JSON.
 
 target: a target run's train loss (every logged step, thin, and a 10-record moving mean) and
 validation loss (every evaluation) against tokens seen, with an optional horizontal target line.
@@ -38,17 +40,26 @@ def tau_points(path: str) -> list[tuple[float, float, int]]:
     return [(r["step"] * per_step[-1], r["eval_tau_mean"], r["step"]) for r in rows if "eval_tau_mean" in r]
 
 
-def plot_drafters(ax, a) -> str:
+def plot_drafters(axes, a) -> str:
+    by_tokens, by_flops = axes
     for spec in a.runs:
-        label, _, path = spec.partition("=")
+        label, _, rest = spec.partition("=")
+        path, _, per_step = rest.partition("@")
         if not path:
-            raise SystemExit(f"expected LABEL=metrics.jsonl, got {spec!r}")
+            raise SystemExit(f"expected LABEL=metrics.jsonl[@TOKENS_PER_STEP], got {spec!r}")
         pts = tau_points(path)
-        print(json.dumps({"run": label, "points": [{"tflops": round(f / 1e12, 2), "tau": round(t, 3), "step": s}
-                                                   for f, t, s in pts]}))
-        ax.plot([f / 1e12 for f, _, _ in pts], [t for _, t, _ in pts], marker="o", label=label)
-    ax.set_xlabel("training compute (TFLOP, XLA cost analysis of the train step)")
-    ax.set_ylabel("eval tau (mean, greedy)")
+        tokens = int(per_step) if per_step else None
+        print(json.dumps({"run": label, "points": [
+            {"tflops": round(f / 1e12, 2), "tau": round(t, 3), "step": s,
+             "tokens": None if tokens is None else s * tokens} for f, t, s in pts]}))
+        line, = by_flops.plot([f / 1e12 for f, _, _ in pts], [t for _, t, _ in pts], marker="o", label=label)
+        if tokens is not None:
+            by_tokens.plot([s * tokens / 1e6 for _, _, s in pts], [t for _, t, _ in pts], marker="o",
+                           label=label, color=line.get_color())
+    by_tokens.set_xlabel("training tokens (M; steps x batch x max_len)")
+    by_flops.set_xlabel("training compute (TFLOP, XLA cost analysis of the train step)")
+    for ax in axes:
+        ax.set_ylabel("eval tau (mean, greedy)")
     return f"{len(a.runs)} runs"
 
 
@@ -85,8 +96,8 @@ def main() -> None:
     sub = p.add_subparsers(dest="kind", required=True)
     d = sub.add_parser("drafters", help="eval tau against training FLOPs, several runs")
     d.add_argument("out")
-    d.add_argument("runs", nargs="+", help="LABEL=metrics.jsonl")
-    d.add_argument("--title", default="eval tau against training compute")
+    d.add_argument("runs", nargs="+", help="LABEL=metrics.jsonl[@TOKENS_PER_STEP]")
+    d.add_argument("--title", default="eval tau against training tokens and compute")
     t = sub.add_parser("target", help="a target run's train and validation loss")
     t.add_argument("metrics")
     t.add_argument("out")
@@ -96,11 +107,17 @@ def main() -> None:
                    help="the run's summary.json: adds the final whole-split validation loss and says "
                         "how large the periodic evaluations' fixed subset is")
     a = p.parse_args()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    what = (plot_drafters if a.kind == "drafters" else plot_target)(ax, a)
-    ax.set_title(a.title)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    if a.kind == "drafters":
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+        what = plot_drafters(axes, a)
+    else:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        axes = [ax]
+        what = plot_target(ax, a)
+    fig.suptitle(a.title)
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend()
     fig.tight_layout()
     fig.savefig(a.out, dpi=120)
     print(f"wrote {a.out}: {what}")

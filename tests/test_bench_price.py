@@ -113,3 +113,32 @@ def test_method_shape_prices_the_methods_tree_or_block_size(tiny_ckpt):
     assert method_shape(LoadedDrafter(eagle, ())) == {"method": "eagle3:top_k=2:depth=3", "nodes": 8}
     assert method_shape(LoadedDrafter(dflash, ())) == {"method": "dflash", "block": 8}
     assert method_shape(AutoServe("prompt_lookup")) is None  # switches between options: no one step
+
+
+def test_a_price_cache_is_reused_by_a_later_pricer_on_the_same_code_and_missed_on_other_code(monkeypatch, tmp_path):
+    from specblock_jax_cli.infer import bench_price
+
+    calls = []
+
+    def fake(target, method, topology, **kw):
+        calls.append(method)
+        rec = {"compiled": True, "optimal_seconds": None, "flops": 1e9, "bytes_accessed": 819e9 * 0.002}
+        return {"chip": "v5e", "phases": {"target_step" if method == "ar" else "spec_step": rec}}
+
+    for name, fn in (("require_libtpu", lambda: None), ("get_topology", lambda t: t),
+                     ("load_target_config", lambda t: t), ("price_method", fake)):
+        monkeypatch.setattr(aot, name, fn)
+    spec = PriceSpec.parse("v5e:2x2,qwen3-8b", 512, 64)
+    first = Pricer(spec, tmp_path)
+    row = first.row("prompt_lookup", 2.0, 4)
+    assert calls == ["ar", "prompt_lookup"] and set(first.sources.values()) == {"compiled"}
+    again = Pricer(spec, tmp_path)
+    assert again.row("prompt_lookup", 2.0, 4) == row and calls == ["ar", "prompt_lookup"]  # nothing compiled
+    assert all(v.startswith("cache ") for v in again.sources.values()) and len(again.sources) == 2
+    assert len(list(tmp_path.glob("*.json"))) == 2
+    other_batch = Pricer(spec, tmp_path)
+    other_batch.row("prompt_lookup", 2.0, 8)
+    assert calls == ["ar", "prompt_lookup"] * 2  # another batch is another entry
+    monkeypatch.setattr(bench_price, "code_digest", lambda: "other code")
+    Pricer(spec, tmp_path).row("prompt_lookup", 2.0, 4)
+    assert calls == ["ar", "prompt_lookup"] * 3  # the library changed: compiled again

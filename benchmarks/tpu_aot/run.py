@@ -41,6 +41,9 @@ METHODS = [
 # SpecBlock tree from its run "heldout_calibrated". None: no measured tau at that setting.
 TAU = {"target-only": 1.0, "prompt lookup": 4.09, "EAGLE-3 tree 16": 3.432, "SpecBlock shipped tree 16": 1.671,
        "SpecBlock tree 90": 1.92, "DFlash block 8": 2.038}
+# BlockPilot's candidate window, sizes 4-8: the shipped DFlash drafter's training size (8) and below
+# (decoding caps the block at it): priced at v5p:2x2x1, batch 1, context 2k only (issue 40's labels)
+WINDOW = [(f"DFlash block {k}", "dflash", None, k) for k in (5, 6, 7)]
 PHASE_GRID = [(topo, b, ctx) for topo in ("v5p:2x2x1", "v6e:2x2") for b in (1, 32) for ctx in (2048, 8192)]
 COMPILE_TOPOS = ("v5e:2x2", "v5p:2x2x1", "v6e:2x2")
 SHIPPED = ("ar", "prompt_lookup", "eagle3", "specblock", "dflash", "blockpilot")
@@ -54,20 +57,22 @@ def _step(method: str) -> tuple[str, ...]:
 
 def phase_jobs():
     """The whole step of every method at batch 1, context 2k, on both topologies (the prefill
-    of the target-only rows too), then the batch 32 / 8k grid."""
+    of the target-only rows too; BlockPilot's window on v5p), then the batch 32 / 8k grid."""
     grid = sorted(PHASE_GRID, key=lambda g: (g[1] != 1 or g[2] != 2048, g))
     for topo, b, ctx in grid:
-        for label, method, nodes, block in METHODS:
+        window = WINDOW if (topo, b, ctx) == ("v5p:2x2x1", 1, 2048) else []
+        for label, method, nodes, block in METHODS + window:
             yield (f"phases|{topo}|{b}|{ctx}|{label}",
                    dict(target_cfg=TARGET, method=method, topology=topo, batch=b, context=ctx, nodes=nodes,
-                        block=block, phases_wanted=_step(method)), label)
+                        block=block, phases_wanted=_step(method) + (("prefill",) if method == "ar" and
+                                                                    (b, ctx) == (1, 2048) else ())), label)
 
 
 def breakdown_jobs():
-    """Every phase of one step (propose, tree_forward, verify_commit, update) for EAGLE-3 and
-    DFlash 16 on v5p at batch 1, context 2k."""
+    """Every phase of one step (propose, tree_forward, verify_commit, update) of every drafter
+    method on v5p at batch 1, context 2k (the 90-node SpecBlock tree aborts libtpu: left out)."""
     for label, method, nodes, block in METHODS:
-        if label in ("EAGLE-3 tree 16", "DFlash block 16"):
+        if method != "ar" and label != "SpecBlock tree 90":
             yield (f"breakdown|v5p:2x2x1|1|2048|{label}",
                    dict(target_cfg=TARGET, method=method, topology="v5p:2x2x1", batch=1, context=2048,
                         nodes=nodes, block=block,
@@ -75,9 +80,11 @@ def breakdown_jobs():
 
 
 def compile_jobs():
+    """Every shipped method's step compiled (rolled layers: memory and fits only) on v5e; on v5p
+    and v6e the phase grid compiles every method but BlockPilot, whose rows are here."""
     for topo in COMPILE_TOPOS:
         for b in (1, 32):
-            for method in SHIPPED:
+            for method in SHIPPED if topo.startswith("v5e") else ("blockpilot",):
                 wanted = _step(method)
                 yield (f"compile|{topo}|{b}|{method}",
                        dict(target_cfg=TARGET, method=method, topology=topo, batch=b, context=2048,
@@ -94,7 +101,8 @@ def train_jobs():
 
 
 MACHINE = {"platform": platform.platform(), "cpus": 2, "compiler": "libtpu 0.0.42.1 (jax[tpu]==0.10.2)",
-           "note": "shared with other jobs while it ran (load average 6-8 on 2 cores): compile times are inflated"}
+           "note": "rows run one at a time, at normal priority; a drafter training job and helpers' tests ran "
+                   "beside them at nice 19 (autogroup off, so they yield the CPU)"}
 
 
 def _load(path: Path) -> dict:
@@ -102,8 +110,13 @@ def _load(path: Path) -> dict:
 
 
 def jobs(groups) -> dict:
+    """The rows of `groups`: batch 1 / context 2k phase rows first, then the breakdown, then the
+    rest in group order."""
     table = {"phases": phase_jobs, "breakdown": breakdown_jobs, "compile": compile_jobs, "train": train_jobs}
-    return {key: (kw, label) for g in groups for key, kw, label in table[g]()}
+    rows = [(key, kw, label) for g in groups for key, kw, label in table[g]()]
+    first = sorted(rows, key=lambda r: 0 if r[0].startswith("phases|") and r[0].endswith(f"|1|2048|{r[2]}")
+                   else 1 if r[0].startswith("breakdown|") else 2)
+    return {key: (kw, label) for key, kw, label in first}
 
 
 def run_row(key: str, kw: dict, label: str, out: Path) -> None:

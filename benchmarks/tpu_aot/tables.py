@@ -21,8 +21,9 @@ HEADER = """# Qwen3-8B on TPU topologies, compiled ahead of time on a CPU (issue
 **Estimates, not measurements.** No TPU ran. Every phase below is the library's own jitted
 function (`specblock_jax/aot`, docs/tpu_aot.md) compiled by libtpu 0.0.42.1 (`jax[tpu]==0.10.2`)
 for the named topology, from abstract bf16 arguments (no weights), on the 2-core x86-64 CPU
-(Linux VM) that runs the tests, shared with other jobs while these ran (load average 6-8: compile
-times are several times what the machine alone takes). Date: 2026-12-04.
+(Linux VM) that runs the tests. Rows ran one at a time at normal priority; a drafter training job
+and helpers' tests ran beside them at nice 19 (they yield the CPU, but not its caches and memory
+bandwidth: compile times are a little above the machine alone). Date: 2026-12-04.
 
 ```
 python benchmarks/tpu_aot/run.py --only phases          # the phase rows (resumable)
@@ -168,15 +169,64 @@ def grid_table(rows) -> str:
     return "\n".join(lines)
 
 
-def compile_table(all_rows: dict) -> str:
-    lines = ["| topology | batch | method | compiled | fits (GB/device) | compile s |", "|---|---|---|---|---|---|"]
+def breakdown_table(all_rows: dict, phase_rows_: dict) -> str:
+    """Each phase of one step apart (`run.py --only breakdown`) beside the whole step's price."""
+    parts = ("propose", "tree_forward", "verify_commit", "update")
+    lines = ["| method | " + " | ".join(f"{p} ms" for p in parts) + " | sum ms | spec_step ms | "
+             "slowest phase compile s |", "|" + "---|" * (len(parts) + 4)]
     for key, r in all_rows.items():
-        if not key.startswith("compile|") or "phases" not in r:
+        if not key.startswith("breakdown|"):
             continue
-        _, topo, b, method = key.split("|")
+        _, topo, b, ctx, label = key.split("|")
+        if "phases" not in r:
+            lines.append(f"| {label} | not compiled: {r.get('error', '')[:120]} |" + " |" * (len(parts) + 3))
+            continue
+        ms = [_ms(r["phases"].get(p), r["chip"]) for p in parts]
+        whole = phase_rows_.get((topo, int(b), int(ctx), label))
+        step = _ms(whole["phases"].get("spec_step"), whole["chip"]) if whole and "phases" in whole else None
+        total = sum(ms) if all(m is not None for m in ms) else None
+        slowest = max((p.get("compile_s") or 0) for p in r["phases"].values())
+        lines.append(f"| {label} | " + " | ".join(_f(m, "{:.3f}") for m in ms) +
+                     f" | {_f(total, '{:.3f}')} | {_f(step, '{:.3f}')} | {slowest:.0f} |")
+    return "\n".join(lines)
+
+
+def compile_table(all_rows: dict) -> str:
+    """Whether each method's step compiles and fits at context 2k: the compile rows (v5e; rolled
+    layers, memory only) and the phase rows (v5p, v6e; layers unrolled)."""
+    lines = ["| topology | batch | method | compiled | fits (GB/device) | compile s | layers |",
+             "|---|---|---|---|---|---|---|"]
+    for key, r in sorted(all_rows.items(), key=lambda kv: kv[0].split("|")[1:3]):
+        kind, topo, b = key.split("|")[:3]
+        if kind == "compile":
+            method, layers = key.split("|")[3], "rolled"
+        elif kind == "phases" and key.split("|")[3] == "2048":
+            method, layers = key.split("|")[4], "unrolled"
+        else:
+            continue
+        if "phases" not in r:
+            lines.append(f"| {topo} | {b} | {method} | no: {r.get('error', '')[:120]} | - | - | {layers} |")
+            continue
         rec = r["phases"].get("spec_step") or r["phases"].get("target_step")
         lines.append(f"| {topo} | {b} | {method} | {'yes' if rec.get('compiled') else 'no'} | {_fits(rec)} | "
-                     f"{rec.get('compile_s', '-')} |")
+                     f"{rec.get('compile_s', '-')} | {layers} |")
+    return "\n".join(lines)
+
+
+def compile_time_summary(all_rows: dict) -> str:
+    """Compile seconds per phase kind over every row: count, median, max, share within 60 s."""
+    import statistics
+    per: dict[str, list[float]] = {}
+    for key, r in all_rows.items():
+        kind = key.split("|")[0]
+        for name, rec in r.get("phases", {}).items():
+            if rec.get("compile_s") is not None:
+                per.setdefault(f"{name} ({'rolled' if kind in ('compile', 'train') else 'unrolled'})",
+                               []).append(rec["compile_s"])
+    lines = ["| phase (layers) | compiles | median s | max s | within 60 s |", "|---|---|---|---|---|"]
+    for name, xs in sorted(per.items()):
+        lines.append(f"| {name} | {len(xs)} | {statistics.median(xs):.0f} | {max(xs):.0f} | "
+                     f"{sum(x <= 60 for x in xs)} / {len(xs)} |")
     return "\n".join(lines)
 
 
@@ -201,7 +251,13 @@ def main(argv=None) -> None:
     for topo, b, ctx in sorted({k[:3] for k in rows if k[1] == 1 and k[2] == 2048}):
         print(phases_table(rows, topo, b, ctx), "\n")
     print(grid_table(rows), "\n")
+    print("## Each phase apart (v5p:2x2x1, batch 1, context 2k)\n")
+    print(breakdown_table(data["rows"], rows), "\n")
+    print("## Every shipped method compiles\n")
     print(compile_table(data["rows"]), "\n")
+    print("## Compile time on this CPU\n")
+    print(compile_time_summary(data["rows"]), "\n")
+    print("## Drafter training memory\n")
     print(train_table(data["rows"]))
     print(FOOTER)
 
