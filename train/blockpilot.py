@@ -4,7 +4,7 @@
     python -m train.blockpilot labels --dflash assets/drafters/dflash --prompts P.jsonl --out DIR \
         [--sizes 12,14,16] [--skip N] [--limit N] [--max-new-tokens 64] [--temperature 0]
     python -m train.blockpilot train --labels DIR --eval-labels DIR2 --out assets/drafters/blockpilot \
-        [--features topk|full] [--metric tau|speed]
+        [--features topk|full] [--metric tau|speed] [--costs FILE]
 
 `labels` decodes every prompt with the DFlash drafter at each candidate block size (static size =
 the candidate, batched) and appends one line per prompt to DIR/size_<s>.jsonl: {"id", "tau",
@@ -16,10 +16,11 @@ the target's forward over the block + verify and commit, each phase the median o
 already profiled, are skipped.
 
 `train` reads the label folders; a prompt's oracle label is the size with the best mean
-acceptance length (`--metric tau`, kept for comparison) or the best measured decoding speed
-(`--metric speed`, the default: the prompt's tau at that size / the size's step cost, tokens per
-ms at batch 1), ties to the size nearest the DFlash drafter's training block size
-(then the smaller). Features are computed from the target's prefill logits
+acceptance length (`--metric tau`, kept for comparison) or the best decoding speed (`--metric
+speed`, the default: the prompt's tau at that size / the size's step cost, tokens per ms at batch
+1; the cost measured in each folder's costs.json, or from `--costs FILE`, e.g. priced for a TPU:
+benchmarks/blockpilot_priced/costs_v5p.json), ties to the size nearest the DFlash drafter's
+training block size (then the smaller). Features are computed from the target's prefill logits
 (`specblock_jax.drafters.blockpilot_train.prefill_features`). The policy trains as the registered
 "blockpilot" task (`BlockPilotTask`) through the one trainer: full-batch AdamW (constant `--lr`,
 betas 0.9 / 0.999, weight decay 0.05 on every parameter) with dropout on the train labels for
@@ -131,7 +132,8 @@ def train_cmd(args) -> None:
     data, sizes = {}, {}
     for split, folder in (("train", Path(args.labels)), ("heldout", Path(args.eval_labels))):
         settings = json.loads((folder / "settings.json").read_text())
-        ids, sizes[split], tau, labels = read_labels(folder, args.metric, training_block_size(settings["dflash"]))
+        ids, sizes[split], tau, labels = read_labels(folder, args.metric, training_block_size(settings["dflash"]),
+                                                     Path(args.costs) if args.costs else None)
         recs, _ = read_prompts(Path(settings["prompts"]))
         prompts = {r["id"]: r["prompt"] for r in recs}
         x = prefill_features(target, [prompts[i] for i in ids], args.features, args.top_k)
@@ -148,7 +150,7 @@ def train_cmd(args) -> None:
          "loss": args.loss, "dropout": args.dropout, "dflash_dir": args.dflash_dir},
         target, data["train"], data["heldout"])
     summary = train(task, cfg, task.batches, task.evaluate)
-    report = {"policy": summary["policy"], "metric": args.metric, "loss": args.loss,
+    report = {"policy": summary["policy"], "metric": args.metric, "costs": args.costs or "measured", "loss": args.loss,
               "train_loss": summary["last_train_record"]["loss"], "train_s": summary["elapsed_s"],
               "train": summary["train"], "heldout": summary["heldout"]}
     for folder in (run_dir, Path(cfg["out_dir"])):
@@ -200,6 +202,8 @@ def parsers(prog: str) -> tuple[argparse.ArgumentParser, dict[str, argparse.Argu
     tr.add_argument("--features", default="topk", choices=("topk", "full"))
     tr.add_argument("--top-k", type=int, default=32)
     tr.add_argument("--metric", default="speed", choices=("tau", "speed"))
+    tr.add_argument("--costs", default="", help="step costs JSON {\"step_ms\": {size: ms}} for --metric "
+                    "speed (e.g. priced for a TPU); default: each label folder's measured costs.json")
     tr.add_argument("--loss", default="ce", choices=("ce", "regret"))
     tr.add_argument("--width", type=int, default=256)
     tr.add_argument("--steps", type=int, default=400)

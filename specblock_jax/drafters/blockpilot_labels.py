@@ -2,7 +2,9 @@
 size_<s>.jsonl {"id", "tau", "forwards", "new_tokens"} per prompt, costs.json {"step_ms": {size:
 ms}, ...} and settings.json (the prompt file they were made from). Reading them gives each prompt's
 oracle size, the one with the best measured tau or speed (tau / step cost); `oracle_table` maps a
-prompt's token ids to it, so a bench can route each request to its labelled size.
+prompt's token ids to it, so a bench can route each request to its labelled size. The step costs
+are the folder's measured costs.json unless a costs file is given (the same {"step_ms": {size: ms}}
+layout, e.g. each size's step priced for a TPU: benchmarks/blockpilot_priced/costs_v5p.json).
 """
 
 from __future__ import annotations
@@ -27,10 +29,21 @@ def oracle_labels(score: np.ndarray, sizes: list[int], prefer: int | None = None
     return [int(order[np.argmax(row[order])]) for row in tied]
 
 
-def read_labels(folder: Path, metric: str = "tau", prefer: int | None = None
+def step_costs(path: Path, sizes: list[int]) -> np.ndarray:
+    """[len(sizes)] step ms of each size from a costs file {"step_ms": {size: ms}, ...}."""
+    costs = json.loads(Path(path).read_text())["step_ms"]
+    missing = [s for s in sizes if str(s) not in costs]
+    if missing:
+        raise ValueError(f"{path}: no step cost for sizes {missing} (rerun `labels` to time them, "
+                         f"or give a costs file that has them)")
+    return np.asarray([costs[str(s)] for s in sizes], np.float64)
+
+
+def read_labels(folder: Path, metric: str = "tau", prefer: int | None = None, costs: Path | None = None
                 ) -> tuple[list[str], list[int], np.ndarray, list[int]]:
     """(ids, sizes, tau [prompts, sizes], oracle label index per prompt) of a label folder; ties
-    go to the size nearest `prefer` (`oracle_labels`)."""
+    go to the size nearest `prefer` (`oracle_labels`). metric "speed" divides tau by each size's
+    step ms from `costs` (a costs file), else from the folder's measured costs.json."""
     per_size = {int(p.stem.split("_")[1]): {json.loads(x)["id"]: json.loads(x)["tau"]
                                              for x in p.read_text().splitlines() if x.strip()}
                 for p in folder.glob("size_*.jsonl")}
@@ -39,11 +52,7 @@ def read_labels(folder: Path, metric: str = "tau", prefer: int | None = None
     tau = np.asarray([[per_size[s][i] or 1.0 for s in sizes] for i in ids], np.float64)
     score = tau
     if metric == "speed":
-        costs = json.loads((folder / "costs.json").read_text())["step_ms"]
-        missing = [s for s in sizes if str(s) not in costs]
-        if missing:
-            raise ValueError(f"{folder}/costs.json: no step cost for sizes {missing} (rerun `labels` to time them)")
-        score = tau / np.asarray([costs[str(s)] for s in sizes])
+        score = tau / step_costs(costs if costs is not None else folder / "costs.json", sizes)
     return ids, sizes, tau, oracle_labels(score, sizes, prefer)
 
 
