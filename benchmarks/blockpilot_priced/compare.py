@@ -117,7 +117,9 @@ def scatter(res: dict, sizes: list[int], path: Path) -> None:
                 if c:
                     ax.annotate(str(c), (a + 0.3, b + 0.3), fontsize=8, color="C3")
         ax.plot([min(sizes), max(sizes)], [min(sizes), max(sizes)], "k:", lw=0.8)
-        ax.set(xticks=sizes, yticks=sizes, xlabel="oracle size (priced labels)", ylabel="BlockPilot-v5p size",
+        lim = (min(sizes) - 0.6, max(sizes) + 0.7)
+        ax.set(xticks=sizes, yticks=sizes, xlim=lim, ylim=lim, xlabel="oracle size (priced labels)",
+               ylabel="BlockPilot-v5p size",
                title=f"{SPLITS[name]}: accuracy {res[name]['policy_accuracy']:.2f}")
     fig.suptitle("Per request: the policy's block size against the priced oracle's (v5p:2x2x1, Qwen3-8B)")
     fig.tight_layout()
