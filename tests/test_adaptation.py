@@ -274,6 +274,53 @@ def test_an_update_is_kept_only_when_its_gain_clears_keep_z_standard_errors(targ
         AdaptConfig(keep_z=-1)
 
 
+def test_unseen_evaluation_judges_each_update_at_once_on_buffered_rows_its_steps_never_drew(
+        target, eagle3, prompts, monkeypatch):
+    """evaluate_on="unseen": an update whose round left `eval_rows` buffered rows undrawn (the
+    draws recomputed on the host from the round's key) is scored in its own event on the newest of
+    them, so the next decision need not wait for fresh rows; one that drew nearly every row waits
+    for fresh rows as before. Greedy output stays the target's."""
+    ad = _adapter(eagle3, cost_scale=0.0, learning_rate=1e-2, steps=1, evaluate_on="unseen")
+    rounds, judged = [], {}
+    real_update, real_evaluate = ad._update, ad._evaluate
+
+    def update(steps=None, key=None):
+        key_used = []
+        real_key = ad._next_key
+        ad._next_key = lambda: key_used.append(real_key()) or key_used[-1]
+        try:
+            out = real_update(steps, key)
+        finally:
+            ad._next_key = real_key
+        if steps is None:  # a real round (the calibration's pass steps and a fixed key)
+            drawn = {int(i) for i in jax.random.randint(jax.random.fold_in(key_used[0], 0), (2,), 0, ad.buffer.size)}
+            newest = [(ad.buffer.next - 1 - i) % ad.config.capacity for i in range(ad.buffer.size)]
+            rounds.append([s for s in newest if s not in drawn])
+        return out
+
+    def evaluate(old, new, slots):
+        if old is not new:  # not the calibration's timing run, which scores one weight set twice
+            judged.setdefault(len(rounds) - 1, list(slots))
+        return real_evaluate(old, new, slots)
+
+    monkeypatch.setattr(ad, "_update", update)
+    monkeypatch.setattr(ad, "_evaluate", evaluate)
+    on = sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad, refill=False)
+    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=2)
+    assert [r.token_ids for r in on] == [r.token_ids for r in ar]
+    ups = [e for e in ad.events if e.get("update")]
+    assert len(ups) == len(rounds) >= 3
+    for n, (event, unseen) in enumerate(zip(ups, rounds)):
+        if len(unseen) >= 2:
+            assert event["evaluated_on"] == "unseen" and "eval_tau_old" in event and "realised_gain" in event
+            assert judged[n] == unseen[:2]  # the newest undrawn rows, newest first
+        else:
+            assert "evaluated_on" not in event and "eval_tau_old" not in event
+    assert sum(len(u) >= 2 for u in rounds) >= 2
+    with pytest.raises(ValueError, match="evaluate_on"):
+        AdaptConfig(evaluate_on="later")
+
+
 def test_the_paired_gain_and_its_standard_error():
     """Exact pooled taus and gain; the delta-method standard error matches the spread of the gain
     over 4000 independent draws of 32 paired rows (within 10%)."""

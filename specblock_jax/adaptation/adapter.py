@@ -10,8 +10,10 @@ After every decoded batch, `generate` hands the adapter the batch's committed to
 target's hidden states at the drafter's feature layers (collected inside the decode loop from the
 prefill and the verification forwards: no extra target forward). The adapter
   1. adds them to the replay buffer;
-  2. once `eval_rows` rows have arrived since the last update, scores the old and the new
-     parameters on them, rows the update never saw, by replaying them through the drafter's real
+  2. once `eval_rows` rows have arrived since the last update (or at once, with
+     `evaluate_on="unseen"`, on the newest buffered rows the update never drew, when there are
+     `eval_rows` of them: no wait for fresh rows, which at batch 1 is `eval_rows` requests),
+     scores the old and the new parameters on them, rows the update never saw, by replaying them through the drafter's real
      tree builder and the greedy acceptance rule (replay.py: the exact tau each weight set would
      have had on those sequences, no target forward), feeds the realised gain to the controller,
      and rolls the update back unless the gain is clearly positive: at least `keep_z` standard
@@ -78,9 +80,15 @@ class AdaptConfig:
     # rows (0: kept unless it lowered tau); one-sided, so keep_z = 1 keeps an update that changes
     # nothing about one time in six
     keep_z: float = 1.0
+    # which rows judge an update: "fresh" (the next `eval_rows` served after it) or "unseen" (at
+    # once, the newest `eval_rows` buffered rows none of its steps drew; "fresh" when there are
+    # fewer). Unseen rows are as unbiased for the round (it never trained on them) but older.
+    evaluate_on: str = "fresh"
     seed: int = 0
 
     def __post_init__(self):
+        if self.evaluate_on not in ("fresh", "unseen"):
+            raise ValueError(f"adapt setting evaluate_on={self.evaluate_on!r}: use fresh or unseen")
         if self.keep_z < 0:
             raise ValueError(f"adapt setting keep_z={self.keep_z}: use a number >= 0")
         if self.train_window < 0 or self.train_window == 1:
@@ -148,11 +156,13 @@ def crop_rows(tok, fea, valid, mask, length: int, key):
 def _update_round(objective, drafter, tx, paths, prefix, rows, depth, crop, trainable, fixed, opt_state,
                   data, size, steps, key):
     """`steps` (traced) optimizer steps, each on `rows` rows drawn uniformly from the filled buffer
-    (cropped to `crop` positions when `crop` is less than the buffer's window)."""
+    (cropped to `crop` positions when `crop` is less than the buffer's window). Returns (trainable,
+    opt_state, the last loss, drawn [capacity] bool: the buffer rows some step drew)."""
     def one(i, carry):
-        trainable, opt_state, _ = carry
+        trainable, opt_state, _, drawn = carry
         k = jax.random.fold_in(key, i)
         idx = jax.random.randint(k, (rows,), 0, size)
+        drawn = drawn.at[idx].set(True)
         tok, fea, valid, mask = (d[idx] for d in data)
         if crop < tok.shape[1]:
             tok, fea, valid, mask = crop_rows(tok, fea, valid, mask, crop, jax.random.fold_in(k, 2))
@@ -163,9 +173,10 @@ def _update_round(objective, drafter, tx, paths, prefix, rows, depth, crop, trai
 
         value, grads = jax.value_and_grad(loss)(trainable)
         updates, opt_state = tx.update(grads, opt_state, trainable)
-        return optax.apply_updates(trainable, updates), opt_state, value
+        return optax.apply_updates(trainable, updates), opt_state, value, drawn
 
-    return jax.lax.fori_loop(0, steps, one, (trainable, opt_state, jnp.float32(0)))
+    drawn = jnp.zeros((data[0].shape[0],), bool)
+    return jax.lax.fori_loop(0, steps, one, (trainable, opt_state, jnp.float32(0), drawn))
 
 
 def _evaluate(drafter, vocab_size, paths, old, new, fixed, tok, fea, start, end):
@@ -237,6 +248,7 @@ class Adapter:
         self.compile_s = 0.0
         self.budget_seen = 0
         self.tokens_seen = 0
+        self.drawn: np.ndarray | None = None  # [capacity] the buffer rows the last update round drew
 
     @property
     def params(self) -> Any:
@@ -265,8 +277,30 @@ class Adapter:
         args = (self.trainable, self.fixed, self.opt_state, self.buffer.data,
                 jnp.int32(self.buffer.size), jnp.int32(c.steps if steps is None else steps),
                 self._next_key() if key is None else key)
-        (trainable, opt_state, loss), seconds = self._run(_update_round, static, *args)
+        (trainable, opt_state, loss, drawn), seconds = self._run(_update_round, static, *args)
+        self.drawn = np.asarray(drawn)
         return trainable, opt_state, float(loss), seconds
+
+    def unseen_slots(self) -> list[int]:
+        """Filled buffer slots the last update round never drew, newest first."""
+        newest = [(self.buffer.next - 1 - i) % self.buffer.capacity for i in range(self.buffer.size)]
+        return [s for s in newest if not self.drawn[s]]
+
+    def _judge(self, slots, event: dict, update_event: dict) -> None:
+        """Scores the pending update on the rows at `slots` (replayed old vs new), feeds the
+        realised gain and the round's cost to the controller, and rolls the update back unless
+        its gain clears `keep_z` standard errors; records the evaluation in `event`."""
+        old, old_opt, _ = self.pending
+        self.pending = None
+        before, after, se, eval_s = self._evaluate(old, self.trainable, slots)
+        realised = after / before - 1.0
+        self.controller.observe_gain(realised)
+        event.update(eval_tau_old=before, eval_tau_new=after, eval_gain_se=se, eval_s=eval_s)
+        update_event["realised_gain"] = realised
+        self.controller.observe_cost(update_event["update_s"] + eval_s)
+        if self.config.rollback and realised < self.config.keep_z * se:
+            self.trainable, self.opt_state = old, old_opt
+            event["rolled_back"] = True
 
     def _evaluate(self, old, new, slots):
         """(tau old, tau new, the gain's standard error, seconds): the exact greedy replay of the
@@ -326,19 +360,9 @@ class Adapter:
         ctl = self.controller
         self.fresh.extend(int(x) for x in slots)
         if self.pending is not None and len(self.fresh) >= self.config.eval_rows:
-            # score the last update on rows that arrived after it (it never trained on them)
-            old, old_opt, index = self.pending
-            self.pending = None
-            before, after, se, eval_s = self._evaluate(old, self.trainable, self.fresh[-self.config.eval_rows:])
-            realised = after / before - 1.0
-            ctl.observe_gain(realised)
-            # the update's own event gets its realised gain; this one records the evaluation
-            event.update(eval_tau_old=before, eval_tau_new=after, eval_gain_se=se, eval_s=eval_s)
-            self.events[index]["realised_gain"] = realised
-            ctl.observe_cost(self.events[index]["update_s"] + eval_s)
-            if self.config.rollback and realised < self.config.keep_z * se:
-                self.trainable, self.opt_state = old, old_opt
-                event["rolled_back"] = True
+            # score the last update on rows that arrived after it (it never trained on them); the
+            # update's own event gets its realised gain, this one records the evaluation
+            self._judge(self.fresh[-self.config.eval_rows:], event, self.events[self.pending[2]])
         ctl.observe_decoding(tokens, decode_s)
         self.budget_seen += budget
         self.tokens_seen += tokens + num_rows  # the prefill's token counts towards the budget
@@ -360,6 +384,10 @@ class Adapter:
                 self.trainable, self.opt_state, loss, seconds = self._update()
                 self.fresh = []
                 event.update(update_s=seconds, loss=loss)
+                unseen = self.unseen_slots() if self.config.evaluate_on == "unseen" else []
+                if len(unseen) >= self.config.eval_rows:  # judged now, on rows the round never drew
+                    event["evaluated_on"] = "unseen"
+                    self._judge(unseen[:self.config.eval_rows], event, event)
         if ctl.cost_estimate is not None:
             MEASURED_COSTS[self.cost_key()] = ctl.cost_estimate
         elapsed = time.perf_counter() - start - (self.compile_s - compile_before)
