@@ -8,7 +8,7 @@ this CPU; tau_table.py), costs_v5p.json (each size's DFlash step and the target-
 Qwen3-8B shapes on v5p:2x2x1, batch 1, context 2048; costs.py) and the shipped policy. Per split
 (train, held-out, HumanEval) and method (each fixed size; the oracle = each request at its priced
 label; the policy = each request at the size the policy picks from its prefill; "best tau" = each
-request at its highest-tau size, priced labels' unpriced counterpart):
+request at its highest-tau size, ties to 8: the labels without pricing):
 - mean tau over requests;
 - priced speedup = total tokens / total priced time, over target-only: target_ms x sum_r
   (new_r - 1) / sum_r (forwards_r(s_r) - 1) x step_ms(s_r), with s_r the method's size for request
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-SPLITS = {"train": "train (ids 1400-1719)", "heldout": "held-out (first 200)", "humaneval": "HumanEval (first 24)"}
+SPLITS = {"train": "train", "heldout": "held-out", "humaneval": "HumanEval"}
 TRAINING_BLOCK = 8  # the shipped DFlash drafter's training block size: ties go to it
 
 
@@ -77,6 +77,7 @@ def policy_choices(drafter_dir: Path, table: dict) -> dict[str, np.ndarray]:
 
 
 def compare(table: dict, costs: dict, choices: dict[str, np.ndarray]) -> dict:
+    from specblock_jax.drafters.blockpilot_labels import oracle_labels
     sizes, target_ms = table["sizes"], costs["target_step_ms"]
     step = np.asarray([costs["step_ms"][str(s)] for s in sizes], np.float64)
     out = {}
@@ -85,7 +86,7 @@ def compare(table: dict, costs: dict, choices: dict[str, np.ndarray]) -> dict:
         oracle = np.asarray(priced_labels(table, costs, name))
         methods = {f"DFlash {s}": np.full(n, k) for k, s in enumerate(sizes)}
         methods.update({"oracle (priced labels)": oracle, "BlockPilot-v5p": choices[name],
-                        "best tau (unpriced)": np.asarray([int(np.argmax(t)) for t in tau])})
+                        "best tau (unpriced)": np.asarray(oracle_labels(tau, sizes, TRAINING_BLOCK))})
         rows = {m: method_row(sp, c, step, target_ms, len(sizes)) for m, c in methods.items()}
         best = max((m for m in rows if m.startswith("DFlash")), key=lambda m: rows[m]["priced_speedup"])
         pol, orc, fix = (rows[m]["priced_speedup"] for m in ("BlockPilot-v5p", "oracle (priced labels)", best))
@@ -96,7 +97,8 @@ def compare(table: dict, costs: dict, choices: dict[str, np.ndarray]) -> dict:
                      "policy_share_of_oracle_gain": gain,
                      "target_at_least_best_fixed": bool(pol >= fix),
                      "target_half_oracle_gain": None if gain is None else bool(gain >= 0.5),
-                     "oracle_size": [sizes[k] for k in oracle], "policy_size": [sizes[k] for k in choices[name]]}
+                     "oracle_size": [sizes[k] for k in oracle], "policy_size": [sizes[k] for k in choices[name]],
+                     "title": f"{SPLITS[name]} (prompts {sp.get('skip', 0)}-{sp.get('skip', 0) + n - 1})"}
     return out
 
 
@@ -120,7 +122,7 @@ def scatter(res: dict, sizes: list[int], path: Path) -> None:
         lim = (min(sizes) - 0.6, max(sizes) + 0.7)
         ax.set(xticks=sizes, yticks=sizes, xlim=lim, ylim=lim, xlabel="oracle size (priced labels)",
                ylabel="BlockPilot-v5p size",
-               title=f"{SPLITS[name]}: accuracy {res[name]['policy_accuracy']:.2f}")
+               title=f"{res[name]['title']}: accuracy {res[name]['policy_accuracy']:.2f}")
     fig.suptitle("Per request: the policy's block size against the priced oracle's (v5p:2x2x1, Qwen3-8B)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -153,13 +155,13 @@ def markdown(res: dict, table: dict, costs: dict, command: str) -> str:
               + " | best-tau labels " + " / ".join(map(str, sizes)) + " | policy's choices |", "|---|---|---|---|---|"]
     for name, r in res.items():
         m = r["methods"]
-        lines.append(f"| {SPLITS[name]} | {r['prompts']} | "
+        lines.append(f"| {r['title']} | {r['prompts']} | "
                      + " / ".join(map(str, m["oracle (priced labels)"]["counts"])) + " | "
                      + " / ".join(map(str, m["best tau (unpriced)"]["counts"])) + " | "
                      + " / ".join(map(str, m["BlockPilot-v5p"]["counts"])) + " |")
     lines += ["", "## Comparison", ""]
     for name, r in res.items():
-        lines += [f"**{SPLITS[name]}** (policy accuracy against the priced labels {r['policy_accuracy']:.3f})", "",
+        lines += [f"**{r['title']}** (policy accuracy against the priced labels {r['policy_accuracy']:.3f})", "",
                   "| method | mean tau | priced speedup (total) | per-request mean | sizes " + " / ".join(map(str, sizes)) + " |",
                   "|---|---|---|---|---|"]
         for meth, row in r["methods"].items():
@@ -174,7 +176,7 @@ def markdown(res: dict, table: dict, costs: dict, command: str) -> str:
         r = res[name]
         share = "-" if r["policy_share_of_oracle_gain"] is None else f"{100 * r['policy_share_of_oracle_gain']:.0f}%"
         ok = lambda b: "n/a" if b is None else ("**met**" if b else "**missed**")  # noqa: E731
-        lines.append(f"| {SPLITS[name]} | {r['best_fixed']} | {r['policy_vs_best_fixed']:.4f} | "
+        lines.append(f"| {r['title']} | {r['best_fixed']} | {r['policy_vs_best_fixed']:.4f} | "
                      f"{r['oracle_vs_best_fixed']:.4f} | {share} | {ok(r['target_at_least_best_fixed'])} | "
                      f"{ok(r['target_half_oracle_gain'])} |")
     lines += ["", "![policy size against oracle size](scatter.png)", "",
