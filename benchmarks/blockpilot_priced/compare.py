@@ -32,6 +32,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 SPLITS = {"train": "train", "heldout": "held-out", "humaneval": "HumanEval"}
+PLANNED = {"train": 320, "heldout": 200, "humaneval": 24}  # labels.sh's prompts per split
 TRAINING_BLOCK = 8  # the shipped DFlash drafter's training block size: ties go to it
 
 
@@ -150,6 +151,10 @@ def markdown(res: dict, table: dict, costs: dict, command: str) -> str:
         "16). Labels: the size of highest priced speed, tau / priced step ms, ties to 8. Priced "
         "speedup = total tokens / total priced time against target-only (module docstring of "
         "compare.py); the per-request mean of tau x target / step is in results.json.", ""]
+    short = [f"{SPLITS[n]} {r['prompts']} of {PLANNED[n]}" for n, r in res.items() if r["prompts"] < PLANNED[n]]
+    if short:
+        lines += ["**Prompts covered:** " + ", ".join(short) + " (the tau runs did not finish on the shared "
+                  "CPU; `sh benchmarks/blockpilot_priced/run.sh` resumes them and remakes everything below).", ""]
     lines += ["## Priced labels", "",
               "| split | prompts | priced labels " + " / ".join(map(str, sizes))
               + " | best-tau labels " + " / ".join(map(str, sizes)) + " | policy's choices |", "|---|---|---|---|---|"]
