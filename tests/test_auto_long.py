@@ -69,16 +69,21 @@ def test_a_probe_decodes_probe_tokens_of_the_explored_option_then_the_fastest_fi
 
 
 @pytest.mark.slow
-def test_sampled_output_follows_the_target_across_a_probe_boundary(small_vocab_target):
-    """6000 3-token draws in chunks of 1000, probe_tokens=2: in every probe chunk t2 comes from the
-    probed option and t3 from the one finishing the chunk (a stochastic drafter far from the
-    target, or target-only): the (t2, t3) pairs follow the target's exact distribution."""
+@pytest.mark.parametrize("probed,rest", [("spec", "ar"), ("ar", "spec")])
+def test_sampled_output_follows_the_target_across_a_probe_boundary(small_vocab_target, probed, rest):
+    """6000 3-token draws in one chunk, probe_tokens=2, `rest` already measured (the fastest) and
+    `probed` not: the chunk explores `probed` by a probe, so in every draw t2 comes from the
+    probed option and t3 from `rest` (target-only, or a stochastic drafter far from the target,
+    continuing from prompt + t1 t2): the (t2, t3) pairs follow the target's exact distribution."""
     prompt = [1, 2, 3]
     drafter = sbj.LoadedDrafter(RandomTreeDrafter(8, SAMPLING_V, stochastic=True, max_children=4),
                                 skewed_draft_params(SAMPLING_V))
-    auto = AutoServe(drafter, chunk=1000, recheck_every=2, probe_tokens=2)
-    counts, _ = sampled_pair_counts(small_vocab_target, auto, SAMPLING_V, prompt, 6000, 1.0)
-    assert len(auto.events) == 6 and sum(e["probe"] is not None for e in auto.events) >= 2
+    auto = AutoServe(drafter, chunk=6000, probe_tokens=2)
+    auto.record("sampled", rest, "explore", 1, 300, 1.0, 0.0, bucket=16)
+    counts, res = sampled_pair_counts(small_vocab_target, auto, SAMPLING_V, prompt, 6000, 1.0)
+    event = auto.events[-1]
+    assert (event["option"], event["why"], event["probe"]["rest"]) == (probed, "explore", rest)
+    assert event["probe"]["tokens"] == 2 * 6000 and all(len(r.token_ids) == 3 for r in res)
     assert chi_square_pvalue(counts, exact_pair_distribution(small_vocab_target, prompt, 1.0)) > 1e-3
     assert chi_square_pvalue(counts, exact_pair_distribution(small_vocab_target, prompt, 1.25)) < 1e-6
 

@@ -185,9 +185,8 @@ class AutoServe:
                         results[i] = GenerationResult(res.text, res.token_ids, res.stats, i)
                     batches = 1 + max(results[i].stats.batch for i in part)
                 else:  # a probe: each request's segments joined, the chunk counted as one batch
-                    c = segs[2] if len(segs) > 2 else Segment(rest, 0, 0.0, 0.0, 0, 0)
-                    probe = Probe(segs[0].tokens, segs[0].seconds, rest, segs[1].tokens, segs[1].seconds,
-                                  c.tokens, c.seconds)
+                    last = (segs[2].tokens, segs[2].seconds) if len(segs) > 2 else (0, 0.0)
+                    probe = Probe(segs[0].tokens, segs[0].seconds, rest, segs[1].tokens, segs[1].seconds, *last)
                     event = self.record(regime, option, why, len(part), tokens, seconds, compile_s, bucket, probe)
                     for i, outs in zip(part, done):
                         results[i] = _joined(target, outs, segs, event, batches, i)
