@@ -57,8 +57,8 @@ def _step(method: str) -> tuple[str, ...]:
 
 def phase_jobs():
     """The whole step of every method at batch 1, context 2k, on both topologies (the prefill
-    of the target-only rows too; BlockPilot's window on v5p), then the batch 32 / 8k grid."""
-    grid = sorted(PHASE_GRID, key=lambda g: (g[1] != 1 or g[2] != 2048, g))
+    of the target-only rows too; BlockPilot's window on v5p), then batch 32 at 2k on both, then 8k."""
+    grid = sorted(PHASE_GRID, key=lambda g: (g[1] != 1 or g[2] != 2048, g[2], g[1], g[0]))
     for topo, b, ctx in grid:
         window = WINDOW if (topo, b, ctx) == ("v5p:2x2x1", 1, 2048) else []
         for label, method, nodes, block in METHODS + window:
