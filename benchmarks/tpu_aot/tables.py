@@ -59,27 +59,44 @@ FOOTER = """
 ## Reading the tables
 
 - **Decoding is weight-bound at batch 1**: Qwen3-8B's one-token step on 4 v5p chips is priced at
-  1.42 ms (3.92 GB read per chip; DESIGN.md's anchor ~1.4 ms), and a speculative step costs
-  1.35-2.6x that, not ~1x. The drafter's weights are read once per sequential drafter forward
-  (EAGLE-3: 4 expansions + the update), so EAGLE-3's 6-node chain of 5 costs what its 16-node
-  tree costs (2.48 ms): depth, not width, sets the price. Prompt lookup, with no network, still
-  prices at 1.35x a one-token step; what else its step reads was not broken down in this run
-  (`run.py --only breakdown` prices propose / tree_forward / verify_commit / update apart).
-- **DFlash's head was not sharded in these rows**: its decoding params carry the target's LM
-  head as `head` [4096, 151936], which no rule of `parallel/mesh.py` PARAM_RULES matched, so
-  every chip held and read all 1.24 GB of it (the DFlash rows' 6.9 GB per chip against EAGLE-3's
-  5.3 GB). Fixed since: `head` is vocab-split over "model" like `lm_head` (tests/test_aot.py
-  checks the shard), 0.31 GB per chip on 4 chips, about 0.93 GB less per chip by arithmetic;
-  the DFlash rows above were not re-run.
+  1.42 ms (3.92 GB read per chip; DESIGN.md's anchor ~1.4 ms), and a speculative step at
+  1.35-2.1x that, not ~1x.
+- **Where a step's time goes** (the breakdown, v5p, batch 1, 2k): verifying the tree
+  (`tree_forward`) costs 1.77-1.87 ms whatever the method, 1.25-1.32x a one-token step (the
+  attention over the whole cache and the hidden states the drafter reads for N nodes instead of
+  one). Drafting (propose + update) per step: EAGLE-3 0.62 ms, SpecBlock 0.86 ms (1.38x EAGLE-3's),
+  DFlash 0.96-0.98 ms (five layers and the target's full-vocabulary head). Verification and
+  commit cost 0.13 ms.
+- **SpecBlock's update is the costliest drafting phase here, 0.49 ms** (15.2 GFLOP and 1.36 GB per
+  chip, against EAGLE-3's 0.19 ms): it runs every committed pair through both layers with K = 4
+  query slots each, and it is priced at the largest bucket of its row switch (13 pairs:
+  `drafters/common.py` `switch_on_rows`). XLA's cost analysis prices a conditional at its
+  costliest branch (checked: a 3-branch `lax.switch` of 1, 2 and 3 matmuls reports the FLOPs and
+  bytes of the 3-matmul branch), while decoding runs the bucket of the pairs each step actually
+  committed (2-4 at the miniature's tau): SpecBlock's priced update, and so its priced step, is an
+  upper bound. Its propose (0.36 ms) is below EAGLE-3's (0.43 ms). Besides, SpecBlock's `fuse`
+  and `shift` weights (170 MB) match no rule of `parallel/mesh.py` and are replicated on every
+  chip.
+- **Width is cheap, depth is not**: EAGLE-3's 6-node chain of 5 prices as its 16-node tree at batch
+  1 (2.48 ms; the drafter's weights are read once per sequential forward). At batch 32 the nodes
+  cost: EAGLE-3's tree 13.1 ms against its chain's 8.9 ms and target-only's 3.1 ms.
+- **DFlash's head is now vocab-split** over "model" (`head`, the target's LM head its params
+  carry): 6.0 GB per chip against 6.9 GB in the earlier run, and its block-8 step 2.81 ms against
+  3.49 ms. Block size barely moves the priced step at batch 1 (2.78 ms at 4, 2.81 at 5-8, 2.96 at
+  16): BlockPilot's priced labels (benchmarks/blockpilot_priced/) use these rows.
 - **Priced speedups use the miniature's tau**, whose drafters are small and weakly trained
-  (SpecBlock 1.67, DFlash block 8 2.04): at these taus SpecBlock and DFlash price below 1x. Real
-  released drafters accept more; the priced step costs are the part this table adds.
-- **Training memory**: EAGLE-3's 7-step training-time test with a 32k draft vocabulary at 8 x
-  2,048 tokens needs 18.0 GB per v5e chip (does not fit 16 GiB) and fits a v5p-8 slice (67.7 GB
-  of 95); SpecBlock's multi-block training step runs out of memory at that size on both (the
-  compiler asks 79 and 149 GB); DFlash fits a v5e-8 at 6.4 GB.
-- Rows missing from the grids were not run before the session's deadline (each Qwen3-8B compile
-  took 2-14 minutes on the shared 2-core CPU); `run.py` resumes them.
+  (SpecBlock 1.67, DFlash block 8 2.04): at these taus SpecBlock and DFlash price near or below
+  1x. The priced step costs are the part this table adds.
+- **The 90-node SpecBlock tree** aborts libtpu 0.0.42.1 at v5p, batch 1, 2k (a failed check in its
+  memory-space assignment) and compiles at 8k and batch 32, and on v6e.
+- **Training memory** (rows carried over from the earlier, loaded run; its DFlash rows predate the
+  `head` rule): EAGLE-3's 7-step training-time test with a 32k draft vocabulary at 8 x 2,048
+  tokens needs 18.0 GB per v5e chip (does not fit 16 GiB) and fits a v5p-8 slice (67.7 GB of 95);
+  SpecBlock's multi-block training step runs out of memory at that size on both (the compiler
+  asks 79 and 149 GB); DFlash fits a v5e-8 at 6.4 GB.
+- **Not run this session** ("not run" cells): v6e at batch 32 but target-only, prompt lookup and
+  EAGLE-3's tree; v6e at 8k; v5p at batch 32 and 8k for DFlash and the 90-node tree; the
+  training rows on v6e-8 and for Llama-3.1-70B, and at 32 x 4,096. `run.py` resumes them.
 """
 DECODE = ("prefill", "target_step", "propose", "tree_forward", "verify_commit", "update", "spec_step")
 GB = 1e9
@@ -219,6 +236,8 @@ def compile_time_summary(all_rows: dict) -> str:
     per: dict[str, list[float]] = {}
     for key, r in all_rows.items():
         kind = key.split("|")[0]
+        if "source" in r:  # carried over from an earlier, loaded run: its times do not count
+            continue
         for name, rec in r.get("phases", {}).items():
             if rec.get("compile_s") is not None:
                 per.setdefault(f"{name} ({'rolled' if kind in ('compile', 'train') else 'unrolled'})",
@@ -238,8 +257,9 @@ def train_table(all_rows: dict) -> str:
             continue
         _, target, topo, size, method = key.split("|")
         rec = r["phases"].get("train_step", {})
+        note = " (earlier, loaded run)" if "source" in r else ""
         lines.append(f"| {target} | {topo} | {rec.get('train_mesh', '-')} | {size} | {method} | {_fits(rec)} | "
-                     f"{rec.get('compile_s', '-')} |")
+                     f"{rec.get('compile_s', '-')}{note} |")
     return "\n".join(lines)
 
 
