@@ -11,6 +11,10 @@ export JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 C=configs/drafters/blockpilot-v5p.yaml
 L=data/blockpilot-v5p
 mkdir -p $L
+# on a fresh checkout, start from the committed partial runs (partial_tau/: raw per-size files)
+for s in humaneval heldout train; do
+  [ -d $L/$s ] || cp -r benchmarks/blockpilot_priced/partial_tau/$s $L/$s
+done
 .venv/bin/specblock-train blockpilot labels --config $C \
   --prompts assets/prompts/humaneval.jsonl --skip 0 --limit 24 --out $L/humaneval > $L/humaneval.log 2>&1 &
 H=$!
