@@ -90,7 +90,7 @@ from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.methods import resolve_drafter, split_adapt
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 
-from .bench_price import PriceSpec, Pricer
+from .bench_price import PriceSpec, Pricer, price_all
 from .bench_report import closing_lines, compare, replot, table, write_results
 from .decode import DEFAULT_TARGET, cli_method, make_adapter
 from .labels import method_label
@@ -400,6 +400,10 @@ def parse_args(argv=None):
                    help="keep the priced milliseconds in DIR and reuse them in later runs on the same "
                         "library code, jax and libtpu (bench_price.py); meta['price']['sources'] says which "
                         "were compiled and which read")
+    p.add_argument("--price-only", action="store_true",
+                   help="with --price and --price-cache: price every method's step at every --batch-size into "
+                        "the cache and exit without decoding (fill the cache beside other work; the "
+                        "measured run then compiles nothing)")
     p.add_argument("--price-context", type=int, default=2048, metavar="C",
                    help="prompt bucket of the priced steps; their cache holds it + --max-new-tokens "
                         "(default %(default)s)")
@@ -481,6 +485,12 @@ def main(argv=None) -> int:
     pricer = (Pricer(PriceSpec.parse(args.price, args.price_context, args.max_new_tokens), args.price_cache)
               if args.price else None)
     target = sbj.load_target(args.target)
+    if args.price_only:
+        if pricer is None or args.price_cache is None:
+            raise SystemExit("--price-only needs --price TOPO,PRESET and --price-cache DIR")
+        drafters = [cli_method(split_oracle(split_adapt(split_calibrate(m)[0])[0])[0], target) for m in methods]
+        price_all(pricer, drafters, methods, [int(b) for b in str(args.batch_size).split(",")])
+        return 0
     records, errors = read_prompts(args.prompts)
     cal_records, records = calibration_split(records[args.skip:], args,
                                              any(split_calibrate(m)[1] for m in methods))

@@ -189,3 +189,18 @@ class Pricer:
         if "propose" in ms and "update" in ms:
             out["priced_draft_ms_per_token"] = (ms["propose"] + ms["update"]) / tau_run
         return out
+
+
+def price_all(pricer: Pricer, drafters: list, labels: list[str], batch_sizes: list[int]) -> None:
+    """`--price-only`: prices target-only and every distinct drafting shape of `drafters` at each
+    batch size (into the pricer's cache), printing each method's priced phases and their source."""
+    for batch in batch_sizes:
+        for label, drafter in zip(labels, drafters):
+            shape = method_shape(drafter)
+            if shape is None:
+                print(f"batch {batch} {label}: not priced (an auto: method)", flush=True)
+                continue
+            ms = pricer.phases_ms(shape, batch)
+            name = f"{json.dumps(shape, sort_keys=True)} batch {batch}"
+            print(f"batch {batch} {label}: {json.dumps({k: round(v, 4) for k, v in ms.items()})} "
+                  f"({pricer.sources[name]})", flush=True)

@@ -292,7 +292,7 @@ def test_unseen_evaluation_judges_each_update_at_once_on_buffered_rows_its_steps
             out = real_update(steps, key)
         finally:
             ad._next_key = real_key
-        if steps is None:  # a real round (the calibration's pass steps and a fixed key)
+        if key is None:  # a real round (the calibration's pass a fixed key)
             drawn = {int(i) for i in jax.random.randint(jax.random.fold_in(key_used[0], 0), (2,), 0, ad.buffer.size)}
             newest = [(ad.buffer.next - 1 - i) % ad.config.capacity for i in range(ad.buffer.size)]
             rounds.append([s for s in newest if s not in drawn])

@@ -142,3 +142,33 @@ def test_a_price_cache_is_reused_by_a_later_pricer_on_the_same_code_and_missed_o
     monkeypatch.setattr(bench_price, "code_digest", lambda: "other code")
     Pricer(spec, tmp_path).row("prompt_lookup", 2.0, 4)
     assert calls == ["ar", "prompt_lookup"] * 3  # the library changed: compiled again
+
+
+def test_price_only_fills_the_cache_without_decoding_and_the_bench_then_compiles_nothing(
+        tiny_ckpt, tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def fake(target, method, topology, **kw):
+        calls.append((method, kw["batch"]))
+        rec = {"compiled": True, "optimal_seconds": None, "flops": 1e9, "bytes_accessed": 819e9 * 0.002}
+        return {"chip": "v5e", "phases": {"target_step" if method == "ar" else "spec_step": rec}}
+
+    for name, fn in (("require_libtpu", lambda: None), ("get_topology", lambda t: t),
+                     ("load_target_config", lambda t: t), ("price_method", fake)):
+        monkeypatch.setattr(aot, name, fn)
+    args = ["--target", str(tiny_ckpt), "--prompts", str(_prompts(tmp_path)), "--out-dir", str(tmp_path / "b"),
+            "--methods", "prompt_lookup", "--max-new-tokens", "8", "--rounds", "1", "--warmup-prompts", "0",
+            "--price", "v5e:2x2,qwen3-8b", "--price-cache", str(tmp_path / "cache"), "--batch-size", "1,2"]
+    real_generate = bench.sbj.generate
+    monkeypatch.setattr(bench.sbj, "generate", lambda *a, **k: pytest.fail("decoded with --price-only"))
+    assert bench.main(args + ["--price-only"]) == 0
+    assert calls == [("ar", 1), ("prompt_lookup", 1), ("ar", 2), ("prompt_lookup", 2)]
+    assert not (tmp_path / "b" / "results.json").exists()
+    assert "batch 2 prompt_lookup: {\"spec_step\": 2.0} (compiled)" in capsys.readouterr().out
+    monkeypatch.setattr(bench.sbj, "generate", real_generate)
+    assert bench.main(args) == 0
+    assert len(calls) == 4  # every step read from the cache
+    sources = json.loads((tmp_path / "b" / "results.json").read_text())["meta"]["price"]["sources"]
+    assert len(sources) == 4 and all(v.startswith("cache ") for v in sources.values())
+    with pytest.raises(SystemExit, match="--price-only needs"):
+        bench.main([a for a in args if a != str(tmp_path / "cache") and a != "--price-cache"] + ["--price-only"])

@@ -191,8 +191,8 @@ def test_a_measured_update_cost_is_reused_by_the_next_job_of_the_same_shapes(tar
     cost measured so far instead, and decides and trains the same way (calibration draws none
     of the adapter's random keys); other shapes calibrate their own."""
     import specblock_jax as sbj
-    import specblock_jax.adaptation.adapter as adapter_mod
     from specblock_jax.adaptation import AdaptConfig, Adapter
+    from specblock_jax.adaptation import costs as adapter_mod
 
     monkeypatch.setattr(adapter_mod, "MEASURED_COSTS", {})
     rng = np.random.default_rng(6)
@@ -206,7 +206,7 @@ def test_a_measured_update_cost_is_reused_by_the_next_job_of_the_same_shapes(tar
 
     first, calibrated = run()
     assert calibrated == ["calibration_s"] and list(adapter_mod.MEASURED_COSTS) == [first.cost_key()]
-    measured = adapter_mod.MEASURED_COSTS[first.cost_key()]
+    measured = adapter_mod.MEASURED_COSTS[first.cost_key()]["cost_s"]
     second, reused = run()
     assert reused == ["calibration_reused_s"] and [e["calibration_reused_s"] for e in second.events
                                                    if "calibration_reused_s" in e] == [measured]
@@ -214,3 +214,89 @@ def test_a_measured_update_cost_is_reused_by_the_next_job_of_the_same_shapes(tar
     assert [e.get("rolled_back") for e in second.events] == [e.get("rolled_back") for e in first.events]
     assert all(bool(jnp.array_equal(second.trainable[k], first.trainable[k])) for k in first.trainable)
     assert run(steps=4)[1] == ["calibration_s"]  # another round shape
+
+
+def _job_run(target, eagle3, **settings):
+    import specblock_jax as sbj
+    from specblock_jax.adaptation import AdaptConfig, Adapter
+
+    rng = np.random.default_rng(6)
+    job = [rng.integers(0, V, 9).tolist() for _ in range(8)]
+    ad = Adapter(eagle3, AdaptConfig(**{"min_rows": 2, "window": 40, "capacity": 8, "batch_rows": 2,
+                                        "eval_rows": 2, "cost_scale": 0.0, **settings}))
+    sbj.generate(target, job, drafter=eagle3, max_new_tokens=16, batch_size=2, refill=False, adapter=ad)
+    return ad
+
+
+def test_a_measured_update_cost_outlives_its_process_in_the_costs_file(target, eagle3, monkeypatch, tmp_path):
+    """With `costs_file`, a job in a new process (the in-process store emptied) starts from the
+    cost a job of the same round shape measured on this machine, and decides the same way; the
+    file keys by shape and machine, and a corrupt file is refused naming it."""
+    from specblock_jax.adaptation import costs
+
+    path = tmp_path / "adapt_costs.json"
+    monkeypatch.setattr(costs, "MEASURED_COSTS", {})
+    first = _job_run(target, eagle3, costs_file=str(path))
+    assert [k for e in first.events for k in e if k.startswith("calibration")] == ["calibration_s"]
+    saved = json.loads(path.read_text())
+    assert list(saved) == [costs.key_digest(first.cost_key())]
+    entry = saved[costs.key_digest(first.cost_key())]
+    assert entry["cost_s"] == first.controller.cost_estimate > 0 and entry["step_s"] == first.step_s >= 0
+    monkeypatch.setattr(costs, "MEASURED_COSTS", {})  # a new process
+    second = _job_run(target, eagle3, costs_file=str(path))
+    assert [e["calibration_reused_s"] for e in second.events if "calibration_reused_s" in e] == [entry["cost_s"]]
+    assert not any("calibration_s" in e for e in second.events) and second.step_s == entry["step_s"]
+    assert [e["update"] for e in second.events] == [e["update"] for e in first.events]
+    monkeypatch.setattr(costs, "MEASURED_COSTS", {})
+    assert costs.lookup(first.cost_key()[:-1] + ("other",), path) is None  # another shape or backend
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="adapt_costs.json"):
+        costs.lookup(first.cost_key(), path)
+
+
+def test_next_round_size_follows_the_realised_gain_per_step_against_a_step_cost():
+    """A round doubles while one more step's saving (horizon x s/token x gain per step) is at
+    least twice a step's cost, halves when it is under one step's cost, and keeps its size
+    between; bounded by 1 and max_steps."""
+    from specblock_jax.adaptation.controller import CostAwareController
+
+    ctl = CostAwareController()
+    ctl.observe_decoding(1000, 10.0)  # 0.01 s per token
+    # 8 steps bought +8%: 1% per step; over 1,000 tokens one step saves 0.1 s
+    assert ctl.next_steps(8, 0.08, 0.05, 1000, 64) == 16
+    assert ctl.next_steps(8, 0.08, 0.049, 1000, 12) == 12  # capped
+    assert ctl.next_steps(8, 0.08, 0.07, 1000, 64) == 8
+    assert ctl.next_steps(8, 0.08, 0.11, 1000, 64) == 4
+    assert ctl.next_steps(8, -0.02, 0.01, 1000, 64) == 4  # a loss buys nothing
+    assert ctl.next_steps(1, 0.0, 0.01, 1000, 64) == 1
+    assert ctl.next_steps(8, 0.08, 0.05, 0, 64) == 4  # nothing queued
+    # a resized round's predicted cost: the measured round's plus its extra steps'
+    ctl.observe_cost(2.0)
+    assert ctl.decide(1000, extra_cost_s=0.4).cost_s == pytest.approx(2.4)
+    assert ctl.decide(1000, extra_cost_s=-3.0).cost_s == 0.0
+
+
+def test_rounds_are_resized_by_the_controller_and_their_cost_normalised(target, eagle3, monkeypatch):
+    """With `max_steps`, each judged round's (steps, realised gain) sizes the next round through
+    `next_steps`; every update event records its steps, within [1, max_steps]; the controller's
+    cost estimate stays that of a round at the config's steps."""
+    from specblock_jax.adaptation import costs
+    from specblock_jax.adaptation.controller import CostAwareController
+
+    monkeypatch.setattr(costs, "MEASURED_COSTS", {})
+    calls = []
+    real = CostAwareController.next_steps
+
+    def spy(self, last_steps, realised, step_s, remaining, max_steps):
+        calls.append((last_steps, realised))
+        return min(2 * last_steps, max_steps) if len(calls) % 2 else real(self, last_steps, realised, step_s,
+                                                                           remaining, max_steps)
+    monkeypatch.setattr(CostAwareController, "next_steps", spy)
+    ad = _job_run(target, eagle3, steps=2, max_steps=8)
+    steps = [e["steps"] for e in ad.events if e["update"]]
+    gains = [e["realised_gain"] for e in ad.events if e["update"] and "realised_gain" in e]
+    assert len(steps) >= 3 and steps[0] == 2 and all(1 <= s <= 8 for s in steps)
+    assert calls == list(zip(steps, gains))[:len(calls)] and len(calls) >= 2
+    assert steps[1] == 4  # the first resize doubled (the spy's odd calls)
+    fixed = _job_run(target, eagle3, steps=2)
+    assert all(e["steps"] == 2 for e in fixed.events if e["update"])

@@ -23,7 +23,11 @@ prefill and the verification forwards: no extra target forward). The adapter
      with `generate(queue=N)` the rows in flight and the next N; like a server, it is told nothing
      of later calls; `expect` > 0 also counts on as much again as it has served, for jobs of unknown
      length); if so runs `steps` optimizer steps (AdamW, gradient
-     clipping) on rows sampled from the buffer, updating only the parameters under `subset`.
+     clipping) on rows sampled from the buffer, updating only the parameters under `subset`
+     (with `max_steps`, rounds grow or shrink by the gain the last one realised per step against
+     a step's measured cost). The first decision needs a round's cost: a calibration round
+     measures it, unless a round of the same shape was measured before in this process or in
+     `costs_file` (costs.py).
 The target decides every committed token, so outputs do not depend on adaptation (greedy output
 is identical; sampling keeps the target's distribution). The adapter's state (parameters, optimizer,
 buffer, controller) lives as long as the object: reuse it across `generate` calls to persist,
@@ -43,7 +47,7 @@ import numpy as np
 import optax
 from flax import traverse_util
 
-from specblock_jax.adaptation import persist
+from specblock_jax.adaptation import costs, persist
 from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.adaptation.controller import CostAwareController
 from specblock_jax.adaptation.replay import buffer_spans, replay_tau
@@ -75,6 +79,12 @@ class AdaptConfig:
     # the controller's horizon is at least this many times the tokens served so far, not only the
     # queue's (controller.py): 1 for long jobs of unknown size, 0 counts only the work queued
     expect: float = 0.0
+    # size each round by the gain its predecessor realised (controller.py, `next_steps`): 0 keeps
+    # every round at `steps`; N > 0 lets rounds grow up to N optimizer steps (and shrink to 1)
+    max_steps: int = 0
+    # a JSON file keeping measured round costs across processes (adaptation/costs.py): a job whose
+    # round shape was measured on this machine before starts from that cost, not a calibration
+    costs_file: str = ""
     rollback: bool = True  # undo an update whose replayed gain on fresh rows is not clearly positive
     # an update is kept iff its replayed gain >= keep_z x the gain's standard error over the fresh
     # rows (0: kept unless it lowered tau); one-sided, so keep_z = 1 keeps an update that changes
@@ -89,6 +99,8 @@ class AdaptConfig:
     def __post_init__(self):
         if self.evaluate_on not in ("fresh", "unseen"):
             raise ValueError(f"adapt setting evaluate_on={self.evaluate_on!r}: use fresh or unseen")
+        if self.max_steps < 0:
+            raise ValueError(f"adapt setting max_steps={self.max_steps}: use 0 (fixed rounds) or a number >= 1")
         if self.keep_z < 0:
             raise ValueError(f"adapt setting keep_z={self.keep_z}: use a number >= 0")
         if self.train_window < 0 or self.train_window == 1:
@@ -108,12 +120,6 @@ class AdaptConfig:
             kind = {"str": str, "float": float, "int": int, "bool": lambda v: v.lower() in ("1", "true", "yes")}
             kw[key] = kind[fields[key]](value.replace("+", ",") if key == "subset" else value)
         return cls(**kw)
-
-
-# the latest measured cost (seconds) of an update round with its evaluation, per round shape and
-# backend (`Adapter.cost_key`): a later adapter of the same shapes in this process (the next job,
-# the bench's next group) starts from it instead of paying for a calibration round
-MEASURED_COSTS: dict[tuple, float] = {}
 
 
 def _path(key: tuple) -> str:
@@ -249,6 +255,9 @@ class Adapter:
         self.budget_seen = 0
         self.tokens_seen = 0
         self.drawn: np.ndarray | None = None  # [capacity] the buffer rows the last update round drew
+        self.round_steps = config.steps  # the next round's optimizer steps (`max_steps` resizes it)
+        self.step_s: float | None = None  # measured seconds of one optimizer step more in a round
+        self.last_round: tuple[int, float] | None = None  # (steps, realised gain) of the last judged round
 
     @property
     def params(self) -> Any:
@@ -297,7 +306,12 @@ class Adapter:
         self.controller.observe_gain(realised)
         event.update(eval_tau_old=before, eval_tau_new=after, eval_gain_se=se, eval_s=eval_s)
         update_event["realised_gain"] = realised
-        self.controller.observe_cost(update_event["update_s"] + eval_s)
+        steps = update_event.get("steps", self.config.steps)
+        self.last_round = (steps, realised)
+        # the controller's estimate is of a round at the config's steps: a resized round's measured
+        # cost less (or plus) its extra steps at the measured step cost
+        extra = (steps - self.config.steps) * (self.step_s or 0.0)
+        self.controller.observe_cost(max(update_event["update_s"] + eval_s - extra, 0.0))
         if self.config.rollback and realised < self.config.keep_z * se:
             self.trainable, self.opt_state = old, old_opt
             event["rolled_back"] = True
@@ -323,19 +337,20 @@ class Adapter:
         apart; `steps` x a one-step round overstated it about 2x, counting the fixed part `steps`
         times). Every real update then measures the whole round. The calibration's rounds draw a
         fixed key, so the adapter's random stream is the same whether or not it calibrated (an
-        adapter reusing `MEASURED_COSTS` does not)."""
+        adapter reusing a measured cost, `costs.lookup`, does not)."""
         key = jax.random.key(0)  # the adapter's own random stream does not depend on calibrating
         _, _, _, one_s = self._update(steps=1, key=key)
         _, _, _, two_s = self._update(steps=2, key=key)
         *_, eval_s = self._evaluate(self.trainable, self.trainable, slots)
         step_s = max(two_s - one_s, 0.0)
         cost = one_s + (self.config.steps - 1) * step_s + eval_s
+        self.step_s = step_s
         self.controller.observe_cost(cost)
         return cost
 
     def cost_key(self) -> tuple:
         """What an update round's cost depends on: the drafter and its trained weights, the round's
-        settings, the buffer's shapes and the backend (the key of `MEASURED_COSTS`)."""
+        settings, the buffer's shapes and the backend (the key of `costs.MEASURED_COSTS`)."""
         c = self.config
         return (self.inner, self.paths, c.steps, c.batch_rows, c.depth, c.train_window, c.eval_rows,
                 tuple((d.shape, str(d.dtype)) for d in self.buffer.data), jax.default_backend())
@@ -371,25 +386,34 @@ class Adapter:
         event["update"] = False
         # decide only with data enough, work left, and the last update already evaluated
         if self.buffer.size >= self.config.min_rows and remaining_budget > 0 and self.pending is None:
-            if ctl.needs_cost() and self.cost_key() in MEASURED_COSTS:
-                event["calibration_reused_s"] = MEASURED_COSTS[self.cost_key()]
-                ctl.observe_cost(event["calibration_reused_s"])
+            reused = costs.lookup(self.cost_key(), self.config.costs_file) if ctl.needs_cost() else None
+            if reused is not None:
+                event["calibration_reused_s"] = reused["cost_s"]
+                ctl.observe_cost(reused["cost_s"])
+                self.step_s = reused["step_s"]
             elif ctl.needs_cost():
                 event["calibration_s"] = self._calibrate(self.fresh[-self.config.eval_rows:])
-            decision = ctl.decide(event["remaining_tokens"])
+            c = self.config
+            if c.max_steps > 0 and self.last_round is not None and self.step_s is not None:
+                self.round_steps = ctl.next_steps(*self.last_round, self.step_s, event["remaining_tokens"],
+                                                  c.max_steps)
+                self.last_round = None  # resized once per judged round
+            extra = (self.round_steps - c.steps) * (self.step_s or 0.0)
+            decision = ctl.decide(event["remaining_tokens"], extra)
             event.update(update=decision.update, predicted_gain=decision.predicted_gain,
                          saving_s=decision.saving_s, cost_s=decision.cost_s, horizon_tokens=decision.remaining_tokens)
             if decision.update:
                 self.pending = (self.trainable, self.opt_state, len(self.events))
-                self.trainable, self.opt_state, loss, seconds = self._update()
+                self.trainable, self.opt_state, loss, seconds = self._update(steps=self.round_steps)
                 self.fresh = []
-                event.update(update_s=seconds, loss=loss)
+                event.update(update_s=seconds, loss=loss, steps=self.round_steps)
                 unseen = self.unseen_slots() if self.config.evaluate_on == "unseen" else []
                 if len(unseen) >= self.config.eval_rows:  # judged now, on rows the round never drew
                     event["evaluated_on"] = "unseen"
                     self._judge(unseen[:self.config.eval_rows], event, event)
-        if ctl.cost_estimate is not None:
-            MEASURED_COSTS[self.cost_key()] = ctl.cost_estimate
+        if ctl.cost_estimate is not None and self.buffer is not None and (
+                costs.MEASURED_COSTS.get(self.cost_key(), {}).get("cost_s") != ctl.cost_estimate):
+            costs.record(self.cost_key(), self.config.costs_file, ctl.cost_estimate, self.step_s or 0.0)
         elapsed = time.perf_counter() - start - (self.compile_s - compile_before)
         event["adapt_s"] = elapsed
         self.time_s += elapsed

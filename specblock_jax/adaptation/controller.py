@@ -19,6 +19,13 @@ one that has served t tokens is as likely to serve more than t again as fewer (t
 for a duration seen only from its inside), so a long job keeps updating while a short one stops
 early; with nothing queued there is no horizon. It updates iff saving > cost_scale * cost:
 cost_scale = 0 always updates (while work remains), cost_scale = inf never does.
+
+Round sizing (`next_steps`, with `AdaptConfig.max_steps`): the last judged round of s steps bought
+a realised gain g, g / s per step; one more step would save horizon * s_per_token * g / s seconds
+against its measured cost. The next round doubles (up to max_steps) while that saving is at least
+twice a step's cost (the margin leaves room for diminishing returns), halves (down to 1) when it is
+less than one step's cost, and keeps its size between. A round's predicted cost is the measured
+cost at the config's steps plus the measured cost of each step more (or less).
 """
 
 from __future__ import annotations
@@ -77,13 +84,30 @@ class CostAwareController:
         known = max(self.gain_estimate, 0.0) if self.gain_estimate is not None else 0.0
         return known + self.prior_gain / (1 + self.updates)
 
-    def decide(self, remaining_tokens: float) -> Decision:
-        """Whether to update now, given the tokens the queue holds (module docstring)."""
+    def horizon(self, remaining_tokens: float) -> float:
+        """The tokens a saving is counted over: the queue's, or at least `expect` x those served."""
+        return max(remaining_tokens, self.expect * self.tokens) if remaining_tokens > 0 else 0.0
+
+    def next_steps(self, last_steps: int, realised: float, step_s: float, remaining_tokens: float,
+                   max_steps: int) -> int:
+        """The next round's optimizer steps, sized by the gain the last round (of `last_steps`
+        steps) realised against one step's measured cost `step_s` (module docstring)."""
+        per_token = self.seconds / self.tokens if self.tokens else 0.0
+        step_saving = self.horizon(remaining_tokens) * per_token * max(realised, 0.0) / last_steps
+        if step_saving >= 2 * step_s:
+            return min(2 * last_steps, max_steps)
+        if step_saving < step_s:
+            return max(last_steps // 2, 1)
+        return last_steps
+
+    def decide(self, remaining_tokens: float, extra_cost_s: float = 0.0) -> Decision:
+        """Whether to update now, given the tokens the queue holds (module docstring);
+        `extra_cost_s`: what this round costs over the measured one (a resized round's steps)."""
         gain = self.predicted_gain()
         per_token = self.seconds / self.tokens if self.tokens else 0.0
-        horizon = max(remaining_tokens, self.expect * self.tokens) if remaining_tokens > 0 else 0.0
+        horizon = self.horizon(remaining_tokens)
         saving = horizon * per_token * gain / (1 + gain)
-        cost = self.cost_estimate if self.cost_estimate is not None else math.inf
+        cost = max(self.cost_estimate + extra_cost_s, 0.0) if self.cost_estimate is not None else math.inf
         scaled = 0.0 if self.cost_scale == 0 else self.cost_scale * cost
         update = saving > scaled
         if update:

@@ -26,7 +26,7 @@ import numpy as np
 from specblock_jax.adaptation.buffer import ReplayBuffer
 
 CONTROLLER_FIELDS = ("tokens", "seconds", "updates", "gain_estimate", "cost_estimate")
-COUNTERS = ("time_s", "compile_s", "budget_seen", "tokens_seen")
+COUNTERS = ("time_s", "compile_s", "budget_seen", "tokens_seen", "round_steps", "step_s", "last_round")
 
 
 def fingerprint(adapter) -> str:
