@@ -19,6 +19,7 @@ from pathlib import Path
 
 from specblock_jax import aot
 from specblock_jax.aot.report import markdown_table
+from specblock_jax.aot.train import parse_train_settings
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -39,6 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--train", action="store_true", help="also price the drafter's train step")
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--train-seq", type=int, default=2048)
+    ap.add_argument("--train-setting", action="append", default=[], metavar="KEY=VALUE",
+                    help="a training-config key of the drafter's kind (repeatable), e.g. remat_attention=true "
+                         "for SpecBlock")
     ap.add_argument("--accounting", choices=("unrolled", "multiplied", "memory"), default="unrolled",
                     help="how the target's layer loop is counted (docs/tpu_aot.md)")
     ap.add_argument("--attention", choices=("full", "bucketed"), default="full",
@@ -51,12 +55,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
+        settings = parse_train_settings(args.train_setting)
         result = aot.price_method(args.target, args.method, args.topology, mesh=args.mesh,
                                   batch=args.batch_size, context=args.context, nodes=args.nodes,
                                   block=args.block_size, train=args.train, train_batch=args.train_batch,
                                   train_seq=args.train_seq, max_new=args.max_new,
                                   accounting=args.accounting, attention=args.attention,
-                                  dtype=args.dtype)
+                                  dtype=args.dtype, train_settings=settings)
     except (aot.MissingLibtpuError, ValueError) as e:
         print(f"specblock-aot: {e}", file=sys.stderr)
         return 2

@@ -41,6 +41,18 @@ def _assert_block_attention(mask: np.ndarray, ms: list) -> None:
     for chunk in (1, 2):
         got = jax.jit(lambda: block_attention(q, kv[0], see_first, kv[1:], see_local, 3, chunk=chunk))()
         np.testing.assert_allclose(np.asarray(got), np.asarray(dense), rtol=1e-5, atol=1e-6)
+    # recomputed per chunk in the backward pass (`remat`): the same values and gradients
+    w = jnp.asarray(rng.normal(size=(1, 6, 4, 8)), jnp.float32)
+
+    def grads(remat):
+        def loss(q, kv):
+            return jnp.sum(w * block_attention(q, kv[0], see_first, kv[1:], see_local, 3, chunk=1, remat=remat))
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(q, kv)
+
+    (v0, g0), (v1, g1) = grads(False), grads(True)
+    np.testing.assert_allclose(float(v1), float(v0), rtol=1e-6)
+    for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g0), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
 def test_block_masks_match_hand_written_matrices_for_k3():

@@ -184,7 +184,7 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
                  batch: int = 1, context: int = 2048, nodes: int | None = None, block: int | None = None,
                  *, train: bool = False, train_batch: int = 8, train_seq: int = 2048, max_new: int = 256,
                  accounting: str = "unrolled", attention: str = "full", dtype: str | None = None,
-                 phases_wanted: tuple[str, ...] | None = None) -> dict:
+                 phases_wanted: tuple[str, ...] | None = None, train_settings: dict | None = None) -> dict:
     """Prices decoding method `method` for target `target_cfg` on TPU topology `topology`.
 
     target_cfg: a preset name (`PRESETS`), an HF folder / config.json, or a ModelConfig; dtype
@@ -200,6 +200,8 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
     attention, "full" (over the whole cache: what the "bucketed" path costs at its largest
     bucket, and one attention to compile per layer instead of one per bucket) or "bucketed".
     phases_wanted: compile only these phases (and those whose outputs they read); None = all.
+    train_settings: training-config keys of the drafter's kind over the released shape's
+    (`train.task_settings`), e.g. {"remat_attention": True} for SpecBlock.
 
     Returns {"target", "method", "topology", "chip", "devices", "mesh", "batch", "context",
     "nodes", "cache_len", "max_new", "accounting", "dtype", "phases": {phase: record}} with the
@@ -224,7 +226,8 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
     done = [run_chain(v, plan, batch, context, max_new, cache_len, dparams, wanted) for v in [main, *cut]]
     records = combine(done[0], done[1:], cfg.num_layers, topo.chip.hbm_bytes, accounting)
     if train or (phases_wanted and "train_step" in phases_wanted):
-        records["train_step"] = price_train_step(cfg, drafter, topo, mesh, train_batch, train_seq, accounting)
+        records["train_step"] = price_train_step(cfg, drafter, topo, mesh, train_batch, train_seq, accounting,
+                                                    train_settings)
     return {"target": target_cfg if isinstance(target_cfg, str) else "config", "method": method,
             "topology": topology, "chip": topo.chip.name, "devices": topo.num_devices,
             "mesh": mesh_str(plan.mesh), "batch": batch, "context": context, "nodes": n,

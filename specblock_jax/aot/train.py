@@ -33,9 +33,10 @@ from specblock_jax.training.trainer import make_optimizer, train_step_fn, with_d
 TRAINABLE = ("eagle3", "specblock", "dflash")
 
 
-def task_settings(drafter: Any, vocab_dir: Path, ttt_steps: int = 7) -> dict:
+def task_settings(drafter: Any, vocab_dir: Path, ttt_steps: int = 7, num_blocks: int = 3) -> dict:
     """The training settings that reproduce `drafter`'s config (kind, widths, feature layers,
-    draft vocabulary, layers, block size); EAGLE-3 trains with its released 7 TTT steps."""
+    draft vocabulary, layers, block size); EAGLE-3 trains with its released 7 TTT steps,
+    SpecBlock with the public recipe's 3 blocks."""
     kind, c = drafter.kind, drafter.config
     if kind == "dflash":
         return {"num_layers": c.num_layers, "feature_layers": tuple(c.feature_layers),
@@ -47,7 +48,8 @@ def task_settings(drafter: Any, vocab_dir: Path, ttt_steps: int = 7) -> dict:
     if kind == "eagle3":
         out["ttt_steps"] = ttt_steps
     else:
-        out.update(drafter_layers=c.num_layers, block_size=c.block_size, rank_hidden=c.rank_hidden)
+        out.update(drafter_layers=c.num_layers, block_size=c.block_size, rank_hidden=c.rank_hidden,
+                   num_blocks=num_blocks)
     return out
 
 
@@ -69,10 +71,33 @@ def _task(kind: str, settings: dict, target: Target):
     return task
 
 
+def parse_train_settings(items: list[str]) -> dict:
+    """['remat_attention=true', 'num_blocks=2'] -> {"remat_attention": True, "num_blocks": 2}
+    (true/false, ints and floats parsed; the task checks the keys); ValueError naming a bad item."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"train setting {item!r}: use KEY=VALUE")
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+        else:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                try:
+                    out[key] = float(value)
+                except ValueError:
+                    out[key] = value
+    return out
+
+
 def price_train_step(cfg: ModelConfig, drafter: Any, topo: Topology, mesh: str | None, batch: int,
-                     seq: int, accounting: str = "unrolled") -> dict:
+                     seq: int, accounting: str = "unrolled", settings: dict | None = None) -> dict:
     """The train_step record (cost.py) of `drafter`'s kind for target `cfg`: global batch
-    [batch, seq] tokens split over "data", the mesh default all-FSDP (`default_mesh(train=True)`)."""
+    [batch, seq] tokens split over "data", the mesh default all-FSDP (`default_mesh(train=True)`);
+    `settings` override the kind's training-config keys (`task_settings`'s)."""
     if drafter is None or getattr(drafter, "kind", None) not in TRAINABLE:
         return {"compiled": False, "error": f"no train step: the method has no trainable drafter "
                 f"(kinds: {', '.join(TRAINABLE)})", "hbm_bytes": topo.chip.hbm_bytes, "fits": False}
@@ -83,7 +108,8 @@ def price_train_step(cfg: ModelConfig, drafter: Any, topo: Topology, mesh: str |
     def compile_for(v):
         graphdef, frozen_params = abstract_target(v.cfg)
         with tempfile.TemporaryDirectory() as tmp:
-            task = _task(v.drafter.kind, task_settings(v.drafter, Path(tmp)), Target(v.cfg, graphdef, frozen_params))
+            task = _task(v.drafter.kind, {**task_settings(v.drafter, Path(tmp)), **(settings or {})},
+                         Target(v.cfg, graphdef, frozen_params))
         _, params = abstract_model(task.model_cls, task.config)
         frozen = task.frozen()
         layout = TrainLayout.make(plan, tx, params, frozen)
@@ -108,5 +134,6 @@ def price_train_step(cfg: ModelConfig, drafter: Any, topo: Topology, mesh: str |
     else:
         priced, loop = cost.checked(cost.costs(compiled)), "unrolled"
     rec = cost.record(compiled, priced, topo.chip.hbm_bytes, time.perf_counter() - t0, loop)
-    rec.update(train_batch=batch, train_seq=seq, train_mesh=f"data={plan.data_size},model={plan.model_size}")
+    rec.update(train_batch=batch, train_seq=seq, train_mesh=f"data={plan.data_size},model={plan.model_size}",
+               train_settings=settings or {})
     return rec

@@ -57,14 +57,17 @@ QUERY_CHUNK = 32  # positions per query chunk of `block_attention`
 
 
 def block_attention(q, first: tuple, see_first, local: list, see_local, k: int,
-                    chunk: int = QUERY_CHUNK) -> jax.Array:
+                    chunk: int = QUERY_CHUNK, remat: bool = False) -> jax.Array:
     """Attention of a block's queries q [B, n, N, D] (n = T*K entries, e = i*K + slot) over
     block 1's keys/values `first` (each [B, n, KV, D]) under see_first [B, n, n], where no query
     sees an entry of a later position, and the `local` (k, v) pairs (each [B, n, KV, D]) seen only
     at the query's own position, under see_local [B, T, K, J] (J = K * len(local); local may be
     empty). One softmax over both parts: the attention of the dense [n, n + len(local) * n] mask,
     without computing its hidden columns: queries go in chunks of `chunk` positions, each against
-    the block-1 entries up to the chunk's end only. Returns [B, n, N, D]."""
+    the block-1 entries up to the chunk's end only. With `remat`, each chunk is recomputed in the
+    backward pass (`jax.checkpoint`) instead of keeping its scores and probabilities: the
+    attention's saved memory drops from the scores of every chunk, O(n^2) per layer and block, to
+    its inputs and outputs, for one more attention forward. Returns [B, n, N, D]."""
     bsz, n, nh, d = q.shape
     kvh = first[0].shape[2]
     qg = q.reshape(bsz, n, kvh, nh // kvh, d)
@@ -72,23 +75,31 @@ def block_attention(q, first: tuple, see_first, local: list, see_local, k: int,
     if local:
         kl = jnp.concatenate([kk.reshape(bsz, n // k, k, kvh, d) for kk, _ in local], axis=2)  # [B, T, J, KV, D]
         vl = jnp.concatenate([vv.reshape(bsz, n // k, k, kvh, d) for _, vv in local], axis=2)
+
+    def one_chunk(qc, fk, fv, see_f, kl_c, vl_c, see_l):
+        """A query chunk qc [B, c*K, KV, G, D] against block 1's fk/fv [B, e, KV, D] under see_f
+        [B, c*K, e] and, with local parts, kl_c/vl_c [B, c, J, KV, D] under see_l [B, c, K, J]."""
+        s1 = jnp.einsum("bekgd,bskd->bkges", qc, fk, preferred_element_type=jnp.float32)
+        parts = [jnp.where(see_f[:, None, None], s1 / math.sqrt(d), hide)]
+        if local:
+            sl = jnp.einsum("btqkgd,btjkd->bkgtqj", qc.reshape(bsz, -1, k, *qc.shape[2:]), kl_c,
+                            preferred_element_type=jnp.float32)
+            sl = jnp.where(see_l[:, None, None], sl / math.sqrt(d), hide)
+            parts.append(sl.reshape(sl.shape[:3] + (qc.shape[1], -1)))
+        probs = jax.nn.softmax(jnp.concatenate(parts, axis=-1), axis=-1).astype(fv.dtype)
+        out = jnp.einsum("bkges,bskd->bekgd", probs[..., :fk.shape[1]], fv)
+        if local:
+            p_local = probs[..., fk.shape[1]:].reshape(sl.shape)
+            out = out + jnp.einsum("bkgtqj,btjkd->btqkgd", p_local, vl_c).reshape(out.shape)
+        return out
+
+    run = jax.checkpoint(one_chunk) if remat else one_chunk
     outs, step = [], min(chunk, n // k) * k
     for start in range(0, n, step):
         end = min(start + step, n)
-        qc, pos = qg[:, start:end], slice(start // k, end // k)
-        s1 = jnp.einsum("bekgd,bskd->bkges", qc, first[0][:, :end], preferred_element_type=jnp.float32)
-        parts = [jnp.where(see_first[:, None, None, start:end, :end], s1 / math.sqrt(d), hide)]
-        if local:
-            sl = jnp.einsum("btqkgd,btjkd->bkgtqj", qc.reshape(bsz, -1, k, *qc.shape[2:]), kl[:, pos],
-                            preferred_element_type=jnp.float32)
-            sl = jnp.where(see_local[:, None, None, pos], sl / math.sqrt(d), hide)
-            parts.append(sl.reshape(sl.shape[:3] + (end - start, -1)))
-        probs = jax.nn.softmax(jnp.concatenate(parts, axis=-1), axis=-1).astype(first[1].dtype)
-        out = jnp.einsum("bkges,bskd->bekgd", probs[..., :end], first[1][:, :end])
-        if local:
-            p_local = probs[..., end:].reshape(sl.shape)
-            out = out + jnp.einsum("bkgtqj,btjkd->btqkgd", p_local, vl[:, pos]).reshape(out.shape)
-        outs.append(out)
+        pos = slice(start // k, end // k)
+        outs.append(run(qg[:, start:end], first[0][:, :end], first[1][:, :end], see_first[:, start:end, :end],
+                        *((kl[:, pos], vl[:, pos], see_local[:, pos]) if local else (None, None, None))))
     return jnp.concatenate(outs, axis=1).reshape(bsz, n, nh, d)
 
 
@@ -110,10 +121,11 @@ def block_masks(valid, k: int, ms: list, block: int) -> tuple[jax.Array, jax.Arr
     return see_first, see_local[None, None] & ok[:, :, None, None]
 
 
-def run_blocks(model, embed, cond, tokens, valid, ms: list) -> list[jax.Array]:
+def run_blocks(model, embed, cond, tokens, valid, ms: list, remat: bool = False) -> list[jax.Array]:
     """Block 1 over conditions cond [B, T, H] and tokens x_{t+1}, then one block per M in `ms`
     (block b conditioned on block b-1's slot M_b - 1, tokens offset by M_2 + ... + M_b).
-    Returns each block's hidden [B, T, K, H]. Attention: `block_masks`, `block_attention`."""
+    Returns each block's hidden [B, T, K, H]. Attention: `block_masks`, `block_attention` (with
+    `remat`, recomputed per query chunk in the backward pass)."""
     b, t = tokens.shape
     k = model.c.block_size
     n = t * k
@@ -134,7 +146,7 @@ def run_blocks(model, embed, cond, tokens, valid, ms: list) -> list[jax.Array]:
             kvs.append((kk, vv))
             keys = first[li] if blk else (kk, vv)
             seen = [blk_kv[li] for blk_kv in local] + [(kk, vv)] if blk else []
-            att = block_attention(q, keys, see_first, seen, see_local, k)
+            att = block_attention(q, keys, see_first, seen, see_local, k, remat=remat)
             x = x + layer.self_attn.output(att)
             x = (x + layer.mlp(layer.post_attention_layernorm(x))).reshape(b, t, k, -1)
         if blk == 0:
@@ -199,7 +211,7 @@ def blocks_loss(model, hiddens: list, ms: list, p_target, want, data, key, *, de
 def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, valid, key, *,
                    num_blocks: int = 3, decay: float = 0.8, valid_prefix: bool = True,
                    rank_weight: float = 1.0, loss_fraction: float = 1.0,
-                   vocab: tuple[jax.Array, jax.Array] | None = None):
+                   vocab: tuple[jax.Array, jax.Array] | None = None, remat: bool = False):
     """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T];
     vocab: (d2t, t2d) of a reduced draft vocabulary (`loss_targets`).
     Every block runs over all T positions (they are each other's keys); its loss is taken at all
@@ -207,7 +219,7 @@ def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask
     them per block and step (an unbiased sample of the same loss). Returns (loss, metrics)."""
     p_target, want, data = loss_targets(target_logits, loss_mask, valid, vocab)
     ms = block_offsets(key, num_blocks, model.c.block_size)
-    hiddens = run_blocks(model, embed, model.features(target_hidden), tokens, valid, ms)
+    hiddens = run_blocks(model, embed, model.features(target_hidden), tokens, valid, ms, remat)
     return blocks_loss(model, hiddens, ms, p_target, want, data, key, decay=decay,
                        valid_prefix=valid_prefix, rank_weight=rank_weight, loss_fraction=loss_fraction)
 
@@ -229,6 +241,9 @@ class SpecBlockTrainConfig(SpecBlockDecoding):
     valid_prefix: bool = True  # false = ablation
     rank_weight: float = 1.0  # weight of the rank-head loss
     loss_fraction: float = 0.34  # share of positions whose vocabulary-wide losses are computed
+    # recompute the unroll's attention per query chunk in the backward pass instead of keeping its
+    # scores (`block_attention`): the same loss and gradients, for long sequences on an accelerator
+    remat_attention: bool = False
 
 
 class SpecBlockTask(FeatureDrafterTask):
@@ -252,7 +267,8 @@ class SpecBlockTask(FeatureDrafterTask):
         return specblock_loss(model, embed, hidden, logits, batch["tokens"], batch["loss_mask"],
                               batch["attention_mask"], key, num_blocks=s.num_blocks, decay=s.slot_decay,
                               valid_prefix=s.valid_prefix, rank_weight=s.rank_weight,
-                              loss_fraction=s.loss_fraction, vocab=self.vocab_arrays())
+                              loss_fraction=s.loss_fraction, vocab=self.vocab_arrays(),
+                              remat=s.remat_attention)
 
     def drafter(self) -> SpecBlockDrafter:
         return SpecBlockDrafter(self.config, self.graphdef, **settings_fields(self.settings, self.DECODING))
