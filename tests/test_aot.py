@@ -249,4 +249,3 @@ def test_negative_compiler_estimate_is_labelled_and_priced_by_the_roofline():
     assert "| 2.000 | no estimate |" in row
     ok = {**rec, "optimal_seconds": 0.0021}
     assert "| 2.000 | 2.100 |" in report.markdown_table([{**result, "phases": {"target_step": ok}}])
-
