@@ -89,14 +89,23 @@ FOOTER = """
   1x. The priced step costs are the part this table adds.
 - **The 90-node SpecBlock tree** aborts libtpu 0.0.42.1 at v5p, batch 1, 2k (a failed check in its
   memory-space assignment) and compiles at 8k and batch 32, and on v6e.
-- **Training memory** (rows carried over from the earlier, loaded run; its DFlash rows predate the
-  `head` rule): EAGLE-3's 7-step training-time test with a 32k draft vocabulary at 8 x 2,048
-  tokens needs 18.0 GB per v5e chip (does not fit 16 GiB) and fits a v5p-8 slice (67.7 GB of 95);
-  SpecBlock's multi-block training step runs out of memory at that size on both (the compiler
-  asks 79 and 149 GB); DFlash fits a v5e-8 at 6.4 GB.
-- **Not run this session** ("not run" cells): v6e at batch 32 but target-only, prompt lookup and
-  EAGLE-3's tree; v6e at 8k; v5p at batch 32 and 8k for DFlash and the 90-node tree; the
-  training rows on v6e-8 and for Llama-3.1-70B, and at 32 x 4,096. `run.py` resumes them.
+- **Training memory** (recomputed this session under the current code, `accounting="memory"`:
+  the rolled executable's memory analysis; SpecBlock with the public recipe's 3 blocks):
+  - EAGLE-3 (7-step training-time test, 32k draft vocabulary) at 8 x 2,048 fits a v6e-8 (33.5 GB
+    per chip of 34.4); at 32 x 4,096 it runs out of memory on v5e-8 (214 GB asked) and v5p-8.
+  - DFlash fits everywhere it ran: 6.3 GB per v6e chip at 8 x 2,048, 14.9 GB per v5e chip at
+    32 x 4,096.
+  - SpecBlock's unroll does not fit at 8 x 2,048: 62.1 GB per v5e chip, 108.9 GB per v5p chip.
+    Most of it is the unroll's attention scores kept for the backward pass: with
+    `remat_attention` (recomputed per query chunk, the same gradients) the v5e figure drops to
+    36.1 GB, still above 16 GiB. The v5p row with remat did not finish compiling (over 20 minutes
+    and 11.8 GB of host memory: the 64 recomputed chunks x 3 blocks x 2 layers make a large
+    program).
+- **Not run** ("not run" cells, and rows absent from the training table): v6e at batch 32 for
+  SpecBlock and DFlash; v6e at 8k; v5p at batch 32 and 8k for DFlash and the 90-node tree; the
+  training rows for v5e/v5p EAGLE-3 and DFlash at 8 x 2,048 (the earlier rows predated the
+  `head` rule and were dropped), for Llama-3.1-70B (v5p:2x2x2) and the rest at 32 x 4,096.
+  `run.py` resumes them.
 """
 DECODE = ("prefill", "target_step", "propose", "tree_forward", "verify_commit", "update", "spec_step")
 GB = 1e9
