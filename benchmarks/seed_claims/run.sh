@@ -11,12 +11,12 @@
 # run, step costs from the TPU compiler), the priced steps kept in outputs/price_cache and reused
 # by the later sets. Run from the repository root on an otherwise idle machine (no training, no
 # tests): sh benchmarks/seed_claims/run.sh. Results go to outputs/benchmarks/seed_claims/.
-# NOT RUN YET: the data-matched SpecBlock was still training (its export folder is S_DATA).
+# NOT RUN YET. The data-matched SpecBlock (S_DATA) finished training on 2026-12-04 (assets/README.md).
 LIMIT=${LIMIT:-32}
 HE_LIMIT=${HE_LIMIT:-24}
 OUT=outputs/benchmarks/seed_claims
 E=assets/drafters/eagle3
-S_DATA=${S_DATA:-runs/specblock/specblock-v2-data/export}
+S_DATA=${S_DATA:-assets/drafters/specblock-data}
 S=assets/drafters/specblock
 D=assets/drafters/dflash
 P=assets/drafters/blockpilot
