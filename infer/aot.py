@@ -19,10 +19,7 @@ from pathlib import Path
 
 from specblock_jax import aot
 from specblock_jax.aot.report import markdown_table
-from specblock_jax.drafters.registry import kinds as kind_names
-
-from ..train.cli import kind_defaults
-from ..train.train_target import apply_overrides
+from specblock_jax.aot.train import parse_train_settings
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -55,23 +52,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return ap.parse_args(argv)
 
 
-def train_settings(method: str, items: list[str]) -> dict | None:
-    """`--train-setting KEY=VALUE` items typed like the drafter kind's training defaults, as
-    `specblock-train` overrides are (an unknown key or a mistyped value is refused): the kind
-    named by `method`, or by its folder's config.json."""
-    if not items:
-        return None
-    head = method.split(":")[0]
-    kind = head if head in kind_names() else json.loads((Path(head) / "config.json").read_text())["kind"]
-    defaults = kind_defaults(kind)
-    changed = apply_overrides(dict(defaults), items)
-    return {k: v for k, v in changed.items() if k in {i.partition("=")[0] for i in items}}
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        settings = train_settings(args.method, args.train_setting)
+        settings = parse_train_settings(args.train_setting)
         result = aot.price_method(args.target, args.method, args.topology, mesh=args.mesh,
                                   batch=args.batch_size, context=args.context, nodes=args.nodes,
                                   block=args.block_size, train=args.train, train_batch=args.train_batch,

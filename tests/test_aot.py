@@ -249,15 +249,3 @@ def test_negative_compiler_estimate_is_labelled_and_priced_by_the_roofline():
     assert "| 2.000 | no estimate |" in row
     ok = {**rec, "optimal_seconds": 0.0021}
     assert "| 2.000 | 2.100 |" in report.markdown_table([{**result, "phases": {"target_step": ok}}])
-
-
-def test_train_settings_are_typed_like_the_kinds_training_defaults():
-    from specblock_jax_cli.infer.aot import train_settings
-
-    assert train_settings("specblock", []) is None
-    assert train_settings("specblock:root_topk=10", ["remat_attention=true", "num_blocks=2"]) == {
-        "remat_attention": True, "num_blocks": 2}
-    with pytest.raises(ValueError, match="unknown key 'remat'"):
-        train_settings("specblock", ["remat=true"])
-    with pytest.raises(ValueError, match="expected int"):
-        train_settings("eagle3", ["ttt_steps=many"])

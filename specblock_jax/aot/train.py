@@ -71,6 +71,28 @@ def _task(kind: str, settings: dict, target: Target):
     return task
 
 
+def parse_train_settings(items: list[str]) -> dict:
+    """['remat_attention=true', 'num_blocks=2'] -> {"remat_attention": True, "num_blocks": 2}
+    (true/false, ints and floats parsed; the task checks the keys); ValueError naming a bad item."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"train setting {item!r}: use KEY=VALUE")
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+        else:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                try:
+                    out[key] = float(value)
+                except ValueError:
+                    out[key] = value
+    return out
+
+
 def price_train_step(cfg: ModelConfig, drafter: Any, topo: Topology, mesh: str | None, batch: int,
                      seq: int, accounting: str = "unrolled", settings: dict | None = None) -> dict:
     """The train_step record (cost.py) of `drafter`'s kind for target `cfg`: global batch
