@@ -112,6 +112,12 @@ def test_valid_prefix_loss_ignores_slots_after_the_first_error():
     total, _, _ = draft_loss(logq, target_p, want, mask, 0.8, True)
     total2, _, _ = draft_loss(worse, target_p, want, mask, 0.8, True)
     assert float(total) == pytest.approx(float(total2), rel=1e-7)
+    # prefix_norm="all": the same counted positions, divided by every position (2), not the valid ones
+    _, summed, _ = draft_loss(logq, target_p, want, mask, 0.8, True, prefix_norm="all")
+    np.testing.assert_allclose(np.asarray(summed), [ce[:, 0].mean(), ce[:, 1].mean(), ce[1, 2] / 2, ce[1, 3] / 2],
+                               rtol=1e-6)
+    with pytest.raises(ValueError, match="prefix_norm"):
+        draft_loss(logq, target_p, want, mask, 0.8, True, prefix_norm="sum")
 
 
 def test_rank_loss_drops_slots_after_the_first_misranked_one():

@@ -174,7 +174,8 @@ def block_offsets(key, num_blocks: int, k: int) -> list:
 
 
 def blocks_loss(model, hiddens: list, ms: list, p_target, want, data, key, *, decay: float = 0.8,
-                valid_prefix: bool = True, rank_weight: float = 1.0, loss_fraction: float = 1.0):
+                valid_prefix: bool = True, prefix_norm: str = "valid", rank_weight: float = 1.0,
+                loss_fraction: float = 1.0):
     """The draft and rank losses of each block's hidden [B, T, K, H] (`run_blocks`), against
     p_target/want/data of `loss_targets`. Returns (loss, metrics)."""
     b, t = want.shape
@@ -195,7 +196,7 @@ def blocks_loss(model, hiddens: list, ms: list, p_target, want, data, key, *, de
         target_p = jnp.take_along_axis(p_target, flat[:, :, None], axis=1).reshape(b, rows, k, -1)
         want_k = jnp.take_along_axis(want, flat, axis=1).reshape(b, rows, k)
         mask_k = jnp.take_along_axis(data, flat, axis=1).reshape(b, rows, k) * inside
-        loss, per_slot, acc = draft_loss(logq, target_p, want_k, mask_k, decay, valid_prefix)
+        loss, per_slot, acc = draft_loss(logq, target_p, want_k, mask_k, decay, valid_prefix, prefix_norm)
         rank = jnp.sum(logq > jnp.take_along_axis(logq, want_k[..., None], axis=-1), axis=-1)
         r_loss, r_acc = rank_loss(model.rank_logits(h_sel, logits), rank_class(rank), mask_k)
         total = total + loss + rank_weight * r_loss
@@ -210,7 +211,7 @@ def blocks_loss(model, hiddens: list, ms: list, p_target, want, data, key, *, de
 
 def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask, valid, key, *,
                    num_blocks: int = 3, decay: float = 0.8, valid_prefix: bool = True,
-                   rank_weight: float = 1.0, loss_fraction: float = 1.0,
+                   prefix_norm: str = "valid", rank_weight: float = 1.0, loss_fraction: float = 1.0,
                    vocab: tuple[jax.Array, jax.Array] | None = None, remat: bool = False):
     """target_hidden [B, T, n, H], target_logits [B, T, V], tokens/loss_mask/valid [B, T];
     vocab: (d2t, t2d) of a reduced draft vocabulary (`loss_targets`).
@@ -221,7 +222,8 @@ def specblock_loss(model, embed, target_hidden, target_logits, tokens, loss_mask
     ms = block_offsets(key, num_blocks, model.c.block_size)
     hiddens = run_blocks(model, embed, model.features(target_hidden), tokens, valid, ms, remat)
     return blocks_loss(model, hiddens, ms, p_target, want, data, key, decay=decay,
-                       valid_prefix=valid_prefix, rank_weight=rank_weight, loss_fraction=loss_fraction)
+                       valid_prefix=valid_prefix, prefix_norm=prefix_norm, rank_weight=rank_weight,
+                       loss_fraction=loss_fraction)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -239,6 +241,9 @@ class SpecBlockTrainConfig(SpecBlockDecoding):
     num_blocks: int = 2  # blocks of the multi-block training-time test (the paper uses 3)
     slot_decay: float = 0.8  # slot weights decay^k
     valid_prefix: bool = True  # false = ablation
+    # valid-prefix slot losses averaged over their valid positions ("valid", the reference) or
+    # summed over every position ("all", the ablation that keeps late slots small while slot 0 learns)
+    prefix_norm: str = "valid"
     rank_weight: float = 1.0  # weight of the rank-head loss
     loss_fraction: float = 0.34  # share of positions whose vocabulary-wide losses are computed
     # recompute the unroll's attention per query chunk in the backward pass instead of keeping its
@@ -266,7 +271,8 @@ class SpecBlockTask(FeatureDrafterTask):
         s = self.settings
         return specblock_loss(model, embed, hidden, logits, batch["tokens"], batch["loss_mask"],
                               batch["attention_mask"], key, num_blocks=s.num_blocks, decay=s.slot_decay,
-                              valid_prefix=s.valid_prefix, rank_weight=s.rank_weight,
+                              valid_prefix=s.valid_prefix, prefix_norm=s.prefix_norm,
+                              rank_weight=s.rank_weight,
                               loss_fraction=s.loss_fraction, vocab=self.vocab_arrays(),
                               remat=s.remat_attention)
 

@@ -42,14 +42,19 @@ def prefix_ok(correct: jax.Array) -> jax.Array:
     return jnp.cumprod(jnp.concatenate([ones, correct[..., :-1].astype(jnp.int32)], -1), -1) > 0
 
 
-def draft_loss(logq, target_p, want, mask, decay: float, valid_prefix: bool):
+def draft_loss(logq, target_p, want, mask, decay: float, valid_prefix: bool, prefix_norm: str = "valid"):
     """Soft cross-entropy per draft slot. logq/target_p [B, T, K, V], want [B, T, K] target argmax,
     mask [B, T, K] float; valid_prefix: slot k counts only where slots 0..k-1 were argmax-correct.
-    Returns (sum_k decay^k L_k, per-slot losses [K], per-slot top-1 agreement [K])."""
+    prefix_norm: slot k's loss is the mean over its counted positions ("valid", the public
+    reference) or their sum over every masked position ("all": a slot whose prefix is rarely right
+    weighs in proportionally less). Returns (sum_k decay^k L_k, per-slot losses [K], per-slot top-1
+    agreement [K])."""
+    if prefix_norm not in ("valid", "all"):
+        raise ValueError(f"prefix_norm must be 'valid' or 'all', not {prefix_norm!r}")
     ce = -jnp.sum(target_p * logq, axis=-1)
     correct = jnp.argmax(logq, axis=-1) == want
     m = mask * prefix_ok(correct) if valid_prefix else mask
-    per_slot = jnp.sum(ce * m, (0, 1)) / jnp.maximum(jnp.sum(m, (0, 1)), 1.0)
+    per_slot = jnp.sum(ce * m, (0, 1)) / jnp.maximum(jnp.sum(m if prefix_norm == "valid" else mask, (0, 1)), 1.0)
     acc = jnp.sum(correct * mask, (0, 1)) / jnp.maximum(jnp.sum(mask, (0, 1)), 1.0)
     weights = decay ** jnp.arange(logq.shape[2])
     return jnp.sum(weights * per_slot), per_slot, acc
