@@ -11,7 +11,7 @@
 # run, step costs from the TPU compiler), the priced steps kept in outputs/price_cache and reused
 # by the later sets. Run from the repository root on an otherwise idle machine (no training, no
 # tests): sh benchmarks/seed_claims/run.sh. Results go to outputs/benchmarks/seed_claims/.
-# NOT RUN YET. The data-matched SpecBlock (S_DATA) finished training on 2026-12-04 (assets/README.md).
+# Ran 2026-12-04: the held-out set in full, HumanEval and sympy at T = 0, batch 1 only (README.md).
 LIMIT=${LIMIT:-32}
 HE_LIMIT=${HE_LIMIT:-24}
 OUT=outputs/benchmarks/seed_claims

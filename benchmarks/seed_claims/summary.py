@@ -1,0 +1,123 @@
+"""Issue 40 item 5: the comparison tables and the targets, from the three runs of run.sh.
+
+    .venv/bin/python benchmarks/seed_claims/summary.py [outputs/benchmarks/seed_claims] > benchmarks/seed_claims/results.md
+
+Reads each prompt set's results.json (written by `specblock-bench`) and prints, per set and per
+(temperature, batch size) group, one row per method with the issue's columns, then the targets
+checked at T = 0, batch 1. Also copies each run's rows (token ids dropped) to
+benchmarks/seed_claims/<set>.json, so the tables remake from committed files.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SETS = [("heldout", "the project's held-out prompts"), ("humaneval", "HumanEval"),
+        ("unseen_sympy", "sympy windows (a package no drafter trained on; the corpus leaves it out)")]
+LABELS = {"ar": "target-only", "prompt_lookup": "prompt lookup", "assets/drafters/eagle3": "EAGLE-3",
+          "assets/drafters/specblock-data": "SpecBlock (data-matched)",
+          "assets/drafters/specblock": "SpecBlock (compute-matched, ablation)",
+          "assets/drafters/dflash": "DFlash 8", "assets/drafters/blockpilot": "BlockPilot (CPU labels)",
+          "assets/drafters/blockpilot-v5p": "BlockPilot (v5p-priced labels)"}
+DROP = ("token_ids", "texts", "taus")
+
+
+def label(method: str) -> str:
+    if method.startswith("assets/drafters/dflash:block_size="):
+        return f"DFlash {method.rsplit('=', 1)[1]}"
+    return LABELS.get(method, method)
+
+
+def load(root: Path) -> dict:
+    runs = {}
+    for name, _ in SETS:
+        path = root / name / "results.json"
+        if path.exists():
+            data = json.loads(path.read_text())
+            data["rows"] = [{k: v for k, v in r.items() if k not in DROP} for r in data.pop("results")]
+            runs[name] = data
+    return runs
+
+
+def fmt(value, spec: str = ".2f", suffix: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{suffix}"
+
+
+def group_table(rows: list[dict]) -> str:
+    lines = ["| method | tau (run) | drafter fwd / token | CPU draft ms / token | CPU speedup [round min-max] "
+             "| priced speedup | priced draft ms / token |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rounds = r["round_speedups"]
+        lines.append(f"| {label(r['method'])} | {r['tau_run']:.2f} | {r['draft_forwards_per_token']:.2f} | "
+                     f"{1e3 * r['draft_s_per_token']:.3f} | {r['speedup']:.2f}x [{min(rounds):.2f}-{max(rounds):.2f}] "
+                     f"| {fmt(r.get('priced_speedup'), '.2f', 'x')} | {fmt(r.get('priced_draft_ms_per_token'), '.3f')} |")
+    return "\n".join(lines)
+
+
+def pick(rows: list[dict], name: str) -> dict | None:
+    return next((r for r in rows if label(r["method"]) == name), None)
+
+
+def targets(runs: dict) -> str:
+    out = ["## Targets (T = 0, batch 1)", ""]
+    held = [r for r in runs.get("heldout", {}).get("rows", []) if r["temperature"] == 0 and r["batch_size"] == 1]
+    e, s = pick(held, "EAGLE-3"), pick(held, "SpecBlock (data-matched)")
+    if e and s:
+        checks = [("SpecBlock priced speedup / EAGLE-3's", s["priced_speedup"], e["priced_speedup"], ">=", 1.08),
+                  ("SpecBlock priced draft ms per token / EAGLE-3's", s["priced_draft_ms_per_token"],
+                   e["priced_draft_ms_per_token"], "<=", 0.55),
+                  ("SpecBlock tau / EAGLE-3's", s["tau_run"], e["tau_run"], ">=", 0.9)]
+        out += ["Held-out prompts, priced for v5p at Qwen3-8B shapes (acceptance measured here):", "",
+                "| target | SpecBlock | EAGLE-3 | ratio | wanted | met |", "|---|---|---|---|---|---|"]
+        for name, a, b, op, want in checks:
+            ratio = None if a is None or b is None else a / b
+            met = "-" if ratio is None else ("yes" if (ratio >= want if op == ">=" else ratio <= want) else "no")
+            out.append(f"| {name} | {fmt(a, '.3f')} | {fmt(b, '.3f')} | {fmt(ratio, '.3f')} | {op} {want} | {met} |")
+        out.append("")
+    fixed = [r for r in held if label(r["method"]).startswith("DFlash ")]
+    bp = pick(held, "BlockPilot (v5p-priced labels)")
+    if fixed and bp and bp.get("priced_speedup") is not None:
+        best = max(fixed, key=lambda r: r["priced_speedup"] or 0)
+        out += [f"BlockPilot (v5p-priced labels) priced speedup {bp['priced_speedup']:.3f}x against the best fixed "
+                f"size, {label(best['method'])}, {best['priced_speedup']:.3f}x (the oracle's gain over it: "
+                "benchmarks/blockpilot_priced/results.md).", ""]
+    out += ["EAGLE-3 against target-only, measured on this CPU:", "", "| prompt set | EAGLE-3 CPU speedup [round min-max] "
+            "| >= 1.0x |", "|---|---|---|"]
+    for name, title in SETS:
+        rows = [r for r in runs.get(name, {}).get("rows", []) if r["temperature"] == 0 and r["batch_size"] == 1]
+        e = pick(rows, "EAGLE-3")
+        if e:
+            rounds = e["round_speedups"]
+            out.append(f"| {title} | {e['speedup']:.2f}x [{min(rounds):.2f}-{max(rounds):.2f}] | "
+                       f"{'yes' if e['speedup'] >= 1.0 else 'no'} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str]) -> None:
+    root = Path(argv[0]) if argv else Path("outputs/benchmarks/seed_claims")
+    runs = load(root)
+    print("# The seeds' claims: one comparison, measured on this CPU and priced for v5p (issue 40, item 5)\n")
+    print("Made by `sh benchmarks/seed_claims/run.sh` (commands and settings in its header), tables by "
+          "`python benchmarks/seed_claims/summary.py`. Priced columns are **estimates, not measurements**: "
+          "acceptance (tau of the run) from the miniature target here, step costs from the TPU compiler at "
+          "Qwen3-8B shapes on v5p:2x2x1 (context 2048 + 128). CPU columns are measured on the 2-core CPU.\n")
+    for name, title in SETS:
+        if name not in runs:
+            print(f"## {title}\n\nNot run.\n")
+            continue
+        meta = runs[name]["meta"]
+        (HERE / f"{name}.json").write_text(json.dumps(runs[name], indent=1))
+        print(f"## {title}\n\n{meta['num_prompts']} prompts (`{meta['prompts']}`), {meta['max_new_tokens']} new "
+              f"tokens, {meta['rounds']} rounds, {meta['date']}; complete: {meta.get('complete')}.\n")
+        rows = runs[name]["rows"]
+        for key in sorted({(r["temperature"], r["batch_size"]) for r in rows}):
+            group = [r for r in rows if (r["temperature"], r["batch_size"]) == key]
+            print(f"### T = {key[0]:g}, batch {key[1]}\n\n{group_table(group)}\n")
+    print(targets(runs))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
