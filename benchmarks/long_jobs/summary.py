@@ -3,12 +3,14 @@
     .venv/bin/python benchmarks/long_jobs/summary.py OUT_DIR [NAME]
 
 OUT_DIR is a `specblock-bench` output folder (results.json, adapt_*.jsonl, adapt_tau.png). Prints a
-markdown table and copies the run's rows (results.json, without completions), its adaptation events
-and its tau plot to benchmarks/long_jobs/NAME/ (NAME defaults to OUT_DIR's name).
+markdown table and copies the run's rows (results.json, compact, per-batch series to 4 digits), its
+adaptation events (gzipped jsonl) and its tau plot to benchmarks/long_jobs/NAME/ (NAME defaults to
+OUT_DIR's name): the folder stays small (docs/ and benchmarks/ hold at most 3 MB).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import sys
@@ -64,9 +66,16 @@ def main(argv: list[str]) -> None:
     name = argv[1] if len(argv) > 1 else out_dir.name
     dest = HERE / name
     dest.mkdir(exist_ok=True)
-    for p in [out_dir / "results.json", out_dir / "adapt_tau.png", *out_dir.glob("adapt_*.jsonl")]:
-        if p.exists():
-            shutil.copy(p, dest / p.name)
+    if (out_dir / "adapt_tau.png").exists():
+        shutil.copy(out_dir / "adapt_tau.png", dest / "adapt_tau.png")
+    for p in out_dir.glob("adapt_*.jsonl"):
+        (dest / (p.name + ".gz")).write_bytes(gzip.compress(p.read_bytes(), mtime=0))
+    data = json.loads((out_dir / "results.json").read_text())
+    for r in data["results"]:
+        for key in ("batch_taus", "batch_tokens_per_s"):
+            if r.get(key) is not None:
+                r[key] = [round(x, 4) for x in r[key]]
+    (dest / "results.json").write_text(json.dumps(data, separators=(",", ":")))
     md = table(out_dir)
     (dest / "results.md").write_text(f"# Long job: {name}\n\n{md}\n")
     print(md)

@@ -22,7 +22,7 @@ LABELS = {"ar": "target-only", "prompt_lookup": "prompt lookup", "assets/drafter
           "assets/drafters/specblock": "SpecBlock (compute-matched, ablation)",
           "assets/drafters/dflash": "DFlash 8", "assets/drafters/blockpilot": "BlockPilot (CPU labels)",
           "assets/drafters/blockpilot-v5p": "BlockPilot (v5p-priced labels)"}
-DROP = ("token_ids", "texts", "taus")
+DROP = ("token_ids", "texts", "taus", "batch_tokens_per_s")  # the copies stay small
 
 
 def label(method: str) -> str:
@@ -109,7 +109,7 @@ def main(argv: list[str]) -> None:
             print(f"## {title}\n\nNot run.\n")
             continue
         meta = runs[name]["meta"]
-        (HERE / f"{name}.json").write_text(json.dumps(runs[name], indent=1))
+        (HERE / f"{name}.json").write_text(json.dumps(runs[name], separators=(",", ":")))
         print(f"## {title}\n\n{meta['num_prompts']} prompts (`{meta['prompts']}`), {meta['max_new_tokens']} new "
               f"tokens, {meta['rounds']} rounds, {meta['date']}; complete: {meta.get('complete')}.\n")
         rows = runs[name]["rows"]
