@@ -150,13 +150,13 @@ def test_auto_decides_the_same_whatever_the_job_holds_beyond_its_queue(monkeypat
 # --- adaptation for long jobs: the controller's horizon counts on as much again as it has served
 
 
-def _updates(expect: float, gain: float, batches: int) -> list[int]:
+def _updates(expect: float, gain: float, batches: int, backoff: float = 1.0, clear: bool | None = None) -> list[int]:
     """Batches at which a controller updates over a job of `batches` batches of 512 tokens at
     2 ms/token, each decision seeing 512 tokens queued (a server's window), an update costing
-    1 s and realising `gain`."""
+    1 s and realising `gain` (judged clearly positive or not by `clear`)."""
     from specblock_jax.adaptation import CostAwareController
 
-    c = CostAwareController(cost_scale=1.0, prior_gain=0.1, expect=expect)
+    c = CostAwareController(cost_scale=1.0, prior_gain=0.1, expect=expect, backoff=backoff)
     c.observe_cost(1.0)
     made = []
     for n in range(batches):
@@ -165,7 +165,7 @@ def _updates(expect: float, gain: float, batches: int) -> list[int]:
         assert d.remaining_tokens == max(512, expect * 512 * (n + 1))  # the horizon
         if d.update:
             made.append(n)
-            c.observe_gain(gain)
+            c.observe_gain(gain, clear)
     return made
 
 
@@ -184,6 +184,27 @@ def test_with_expect_updates_continue_through_a_long_job_spaced_by_their_measure
     assert _updates(1.0, 0.02, 120) == [n for n in helping if n < 120]
     with pytest.raises(ValueError, match="expect"):
         CostAwareController(expect=-1.0)
+
+
+def test_with_backoff_rounds_that_realise_nothing_stop_the_updates_and_clear_gains_keep_them():
+    from specblock_jax.adaptation import AdaptConfig, CostAwareController
+
+    # without backoff, updates judged useless go on to the end of a 200-batch job (the
+    # 1 / (1 + updates) decay is outrun by the growing horizon); halving the exploration per
+    # round in a row without a clear gain spaces them geometrically: each gap at least doubles
+    endless, backed_off = _updates(1.0, 0.0, 200, 1.0, False), _updates(1.0, 0.0, 200, 0.5, False)
+    assert len(endless) >= 16 and endless[-1] >= 190
+    assert backed_off[0] == endless[0] and 2 <= len(backed_off) <= 4
+    gaps = [b - a for a, b in zip([0] + backed_off, backed_off)]
+    assert all(later >= 2 * earlier for earlier, later in zip(gaps, gaps[1:]))
+    # rounds that clear the threshold reset the streak: the schedule is the one without backoff
+    assert _updates(1.0, 0.02, 200, 0.5, True) == _updates(1.0, 0.02, 200, 1.0, True)
+    # and the decisions still do not depend on the job's size
+    assert _updates(1.0, 0.0, 120, 0.5, False) == [n for n in backed_off if n < 120]
+    with pytest.raises(ValueError, match="backoff"):
+        CostAwareController(backoff=1.5)
+    with pytest.raises(ValueError, match="adapt setting backoff"):
+        AdaptConfig(backoff=-0.1)
 
 
 def test_a_measured_update_cost_is_reused_by_the_next_job_of_the_same_shapes(target, eagle3, monkeypatch):

@@ -76,6 +76,9 @@ class AdaptConfig:
     min_rows: int = 4  # buffer rows before the first update
     cost_scale: float = 1.0  # update iff predicted saving > cost_scale * measured cost
     prior_gain: float = 0.1  # relative tau gain assumed of a first update (exploration)
+    # the exploration term's factor for each judged round in a row that was not clearly positive
+    # (controller.py): 0.5 halves it per rolled-back round; 1 keeps the old 1 / (1 + updates) decay
+    backoff: float = 0.5
     # the controller's horizon is at least this many times the tokens served so far, not only the
     # queue's (controller.py): 1 for long jobs of unknown size, 0 counts only the work queued
     expect: float = 0.0
@@ -103,6 +106,8 @@ class AdaptConfig:
             raise ValueError(f"adapt setting max_steps={self.max_steps}: use 0 (fixed rounds) or a number >= 1")
         if self.keep_z < 0:
             raise ValueError(f"adapt setting keep_z={self.keep_z}: use a number >= 0")
+        if not 0 <= self.backoff <= 1:
+            raise ValueError(f"adapt setting backoff={self.backoff}: use a number in [0, 1]")
         if self.train_window < 0 or self.train_window == 1:
             raise ValueError(f"adapt setting train_window={self.train_window}: use 0 (the whole window) "
                              "or at least 2 positions")
@@ -244,7 +249,7 @@ class Adapter:
                               optax.adamw(config.learning_rate, weight_decay=0.0))
         self.opt_state = self.tx.init(self.trainable)
         self.controller = controller or CostAwareController(config.cost_scale, config.prior_gain,
-                                                                expect=config.expect)
+                                                                expect=config.expect, backoff=config.backoff)
         self.buffer: ReplayBuffer | None = None
         self.key = jax.random.key(config.seed)
         self.pending: tuple | None = None  # (old trainable, old optimizer state, event index)
@@ -303,7 +308,7 @@ class Adapter:
         self.pending = None
         before, after, se, eval_s = self._evaluate(old, self.trainable, slots)
         realised = after / before - 1.0
-        self.controller.observe_gain(realised)
+        self.controller.observe_gain(realised, clear=realised >= self.config.keep_z * se)
         event.update(eval_tau_old=before, eval_tau_new=after, eval_gain_se=se, eval_s=eval_s)
         update_event["realised_gain"] = realised
         steps = update_event.get("steps", self.config.steps)

@@ -11,7 +11,11 @@ At each decision point (after a decoded batch) it has
   - a predicted relative gain g of the acceptance length from one more update: the realised gains
     of earlier updates (measured on fresh data, old vs new parameters on the same rows), weighted
     towards the latest, plus an exploration term prior_gain / (1 + updates) that shrinks with
-    every update made (a learning-curve estimate that starts optimistic).
+    every update made (a learning-curve estimate that starts optimistic), and by a further factor
+    `backoff` for each round in a row whose gain was not clearly positive (below `keep_z` standard
+    errors: the rounds the adapter rolls back); a clear gain resets the streak. With backoff < 1 a
+    job whose updates keep realising nothing stops paying for them after a few rounds, where the
+    1 / (1 + updates) decay alone kept a 100k-token job updating to its end (benchmarks/long_jobs).
 More accepted tokens per target forward shorten every remaining step in proportion, so the saving
 is horizon * s_per_token * g / (1 + g). The horizon is the tokens queued, or with `expect` > 0 at
 least `expect` x the tokens served so far: a server does not know how long a job will go on, and
@@ -49,14 +53,18 @@ class CostAwareController:
     prior_gain: float = 0.1
     recency: float = 0.5  # weight of the newest realised gain in the running estimate
     expect: float = 0.0  # the horizon is at least this many times the tokens served so far (0: the queue's)
+    backoff: float = 1.0  # exploration factor per round in a row without a clear gain (1: none)
 
     def __post_init__(self):
         if self.cost_scale < 0 or self.prior_gain < 0 or self.expect < 0:
             raise ValueError(f"controller: cost_scale, prior_gain and expect must be >= 0, got "
                              f"{self.cost_scale}, {self.prior_gain} and {self.expect}")
+        if not 0 <= self.backoff <= 1:
+            raise ValueError(f"controller: backoff must be in [0, 1], got {self.backoff}")
         self.tokens = 0
         self.seconds = 0.0
         self.updates = 0
+        self.unclear = 0  # judged rounds in a row whose gain was not clearly positive
         self.gain_estimate: float | None = None  # running estimate of realised gains
         self.cost_estimate: float | None = None
 
@@ -68,8 +76,11 @@ class CostAwareController:
         """Measured seconds of one update round (dry run or real, evaluation included)."""
         self.cost_estimate = seconds if self.cost_estimate is None else 0.5 * (self.cost_estimate + seconds)
 
-    def observe_gain(self, realised: float) -> None:
-        """Realised relative gain of the latest update (replayed tau new / old - 1 on fresh rows)."""
+    def observe_gain(self, realised: float, clear: bool | None = None) -> None:
+        """Realised relative gain of the latest update (replayed tau new / old - 1 on fresh rows);
+        `clear`: whether it cleared the keep threshold (None: not judged, the streak is unchanged)."""
+        if clear is not None:
+            self.unclear = 0 if clear else self.unclear + 1
         if self.gain_estimate is None:
             self.gain_estimate = realised
         else:
@@ -82,7 +93,7 @@ class CostAwareController:
 
     def predicted_gain(self) -> float:
         known = max(self.gain_estimate, 0.0) if self.gain_estimate is not None else 0.0
-        return known + self.prior_gain / (1 + self.updates)
+        return known + self.prior_gain / (1 + self.updates) * self.backoff ** self.unclear
 
     def horizon(self, remaining_tokens: float) -> float:
         """The tokens a saving is counted over: the queue's, or at least `expect` x those served."""
