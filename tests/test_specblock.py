@@ -224,6 +224,11 @@ def task(target):
     return SpecBlockTask({"num_nodes": 12, "num_blocks": 2}, target)
 
 
+def test_an_unknown_prefix_norm_is_refused_when_the_task_is_built(target):
+    with pytest.raises(ValueError, match="specblock: prefix_norm must be 'valid' or 'all', not 'sum'"):
+        SpecBlockTask({"prefix_norm": "sum"}, target)
+
+
 def test_training_blocks_match_decoding_blocks(target, task, monkeypatch):
     """Block 1 at the last prompt position == the state after prefill; block 2 drafted from slot
     j == the training block 2 with M = j + 1 whose token M ahead is the leaf's token."""

@@ -259,6 +259,8 @@ class SpecBlockTask(FeatureDrafterTask):
 
     def __init__(self, settings: SpecBlockTrainConfig | dict[str, Any], target: Target):
         s = parse_settings(SpecBlockTrainConfig, settings, "specblock: ")
+        if s.prefix_norm not in ("valid", "all"):  # refused here, before any data loads or step traces
+            raise ValueError(f"specblock: prefix_norm must be 'valid' or 'all', not {s.prefix_norm!r}")
         config = SpecBlockConfig.for_target(target.config, s.feature_layers, num_layers=s.drafter_layers,
                                             block_size=s.block_size, layer_shift=s.layer_shift,
                                             rank_hidden=s.rank_hidden, draft_vocab_size=s.draft_vocab_size)
