@@ -81,13 +81,14 @@ def test_masked_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target,
 
 @pytest.mark.slow
 def test_routed_requests_draft_exactly_their_size_and_equal_decoding_alone(target, pilot):
-    """Served by generate, each request is routed to its chosen size and decoded by a DFlash
-    drafter of that block size: its tokens and tau (so its tree size) are those it gets decoded
-    alone by that drafter, greedy and sampled; greedy output is the target's; a warm job compiles
-    nothing."""
+    """Served by generate with pack=false, each request is routed to its chosen size and decoded by
+    a DFlash drafter of that block size: its tokens and tau (so its tree size) are those it gets
+    decoded alone by that drafter, greedy and sampled; greedy output is the target's; a warm job
+    compiles nothing."""
     from specblock_jax.decoding.compiled import compilation_count
 
     task, drafter, params = pilot
+    drafter = dataclasses.replace(drafter, pack=False)
     prompts = _prompts()
     logits = jnp.stack([sbj.forward(target, [p])[0, -1] for p in prompts])
     chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits)).tolist()
@@ -96,7 +97,7 @@ def test_routed_requests_draft_exactly_their_size_and_equal_decoding_alone(targe
     for kw in (dict(max_new_tokens=16), dict(temperature=1.0, max_new_tokens=16, seed=2)):
         routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=4, **kw)
         outputs.append([r.token_ids for r in routed])
-        assert [r.stats.route["group"] for r in routed] == chosen
+        assert [r.stats.route["group"] for r in routed] == [r.stats.route["chosen"] for r in routed] == chosen
         assert [r.index for r in routed] == list(range(len(prompts)))
         for i, p in enumerate(prompts):
             fixed = DFlashDrafter(task.config, task.graphdef, block_size=chosen[i])
@@ -321,6 +322,38 @@ def test_blockpilot_configs_set_only_known_keys(path, tmp_path):
 
 
 @pytest.mark.slow
+def test_packed_batches_are_served_at_their_rows_largest_size_and_stay_full(target, pilot):
+    """Routed at batch > 1 (pack, the default): prompts in chunks of the batch size by length (as
+    decode batches them), each chunk served at its rows' largest chosen size; so no group holds a
+    part-filled batch but the last, each request's output is what its served size gives it alone,
+    and greedy output is the target's. At batch 1 packing changes nothing."""
+    from specblock_jax.decoding.routed import pack_groups
+
+    assert pack_groups([2, 4, 3, 2, 2], [5, 1, 3, 2, 4], 2, max) == [2, 4, 3, 4, 3]
+    assert pack_groups([2, 4, 3], [1, 2, 3], 2, lambda g: None) == [2, 4, 3]
+    task, drafter, params = pilot
+    prompts = _prompts()
+    chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy,
+                               jnp.stack([sbj.forward(target, [p])[0, -1] for p in prompts]))).tolist()
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    want = list(chosen)
+    for start in range(0, len(order), 2):
+        for i in order[start:start + 2]:
+            want[i] = max(chosen[j] for j in order[start:start + 2])
+    assert want != chosen  # the test's prompts do pack
+    routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=2, max_new_tokens=12)
+    assert [r.stats.route["chosen"] for r in routed] == chosen
+    assert [r.stats.route["group"] for r in routed] == want
+    assert all(want.count(size) % 2 == 0 for size in set(want))  # 10 prompts: every group's batches full
+    for i in range(len(prompts)):
+        fixed = DFlashDrafter(task.config, task.graphdef, block_size=want[i])
+        alone = sbj.generate(target, [prompts[i]], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
+                             key_index=[i], max_new_tokens=12)[0]
+        assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau, i
+    one = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=1, max_new_tokens=4)
+    assert [r.stats.route["group"] for r in one] == chosen
+
+
 def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
     """A per-request oracle (TableRoutes): each prompt decodes at the size its table entry names,
     as it does alone with a DFlash drafter of that size; a prompt missing from the table is an error."""
@@ -329,7 +362,8 @@ def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
     task, drafter, params = pilot
     prompts = _prompts()
     given = [SIZES[i % len(SIZES)] for i in range(len(prompts))]
-    oracle = TableRoutes(drafter, {tuple(p): s for p, s in zip(prompts, given)}, name="oracle")
+    oracle = TableRoutes(dataclasses.replace(drafter, pack=False), {tuple(p): s for p, s in zip(prompts, given)},
+                         name="oracle")
     routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(oracle, params), batch_size=4, max_new_tokens=12)
     assert [r.stats.route["group"] for r in routed] == given
     for i in (0, 1, 2):

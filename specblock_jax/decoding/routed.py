@@ -7,11 +7,15 @@ A routing drafter has
     route(params, logits [B, V]) -> [B] int32   each request's group, from the target's
                                                 next-token logits after its prompt
     for_group(params, group: int) -> LoadedDrafter   the drafter serving that group
+    pack_group(groups: list[int]) -> int | None  (optional) the group a batch whose rows chose
+                                                `groups` is served in; None: each row in its own
 and may instead have
     route_tokens(ids: list[list[int]]) -> list[int]   each prompt's group from its token ids (host;
                                                 e.g. `TableRoutes`, a benchmark's per-request oracle)
 `serve_routed` prefills every prompt once to route it (one compiled prefill per batch shape),
-then decodes each group with its own drafter and compiled loop (`decode`: refill, profiling and
+(at batch > 1 with `pack_group`, each batch of similar-length prompts, as `decode` forms them,
+is moved to one group, so the groups' batches stay full), then decodes each group with its own
+drafter and compiled loop (`decode`: refill, profiling and
 stop rules as in `generate`). Each prompt keeps its key stream (`key_index`), so outputs do not
 depend on the grouping: greedy output is the target's, and a request's tokens are those it gets decoded alone
 with its group's drafter. The routing prefill's wall time is part of the job's time: it is added to
@@ -115,6 +119,20 @@ def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]],
     return groups, wall, compile_s
 
 
+def pack_groups(groups: list[int], lengths: Sequence[int], batch_size: int, pack) -> list[int]:
+    """Each request's served group: requests ordered by length (as `decode` batches them) in chunks
+    of `batch_size`, each chunk moved to `pack(its groups)` (None: left as chosen)."""
+    order = sorted(range(len(groups)), key=lambda i: lengths[i])
+    out = list(groups)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        group = pack([groups[i] for i in chunk])
+        if group is not None:
+            for i in chunk:
+                out[i] = int(group)
+    return out
+
+
 def serve(target, requests: Sequence[Request], drafter: LoadedDrafter | None, options: DecodeOptions, *,
           adapter: Any = None, on_batch: OnBatch | None = None) -> list[GenerationResult]:
     """`decode`, or `serve_routed` for a routing drafter on one device without an adapter (under
@@ -131,8 +149,11 @@ def serve_routed(target, requests: Sequence[Request], drafter: LoadedDrafter, op
     router, dparams = drafter
     n = len(requests)
     batch_size = options.batch_size or max(1, min(8, n))
-    groups, route_s, route_compile_s = route_prompts(target, router, dparams, [r.tokens for r in requests],
+    chosen, route_s, route_compile_s = route_prompts(target, router, dparams, [r.tokens for r in requests],
                                                      batch_size)
+    pack = getattr(router, "pack_group", None)
+    groups = (pack_groups(chosen, [len(r.tokens) for r in requests], batch_size, pack)
+              if batch_size > 1 and callable(pack) else chosen)
     results: list[Any] = [None] * n
     batches = 0  # stats.batch numbers batches (or refill segments) across the whole job
     for group in sorted(set(groups)):
@@ -145,7 +166,7 @@ def serve_routed(target, requests: Sequence[Request], drafter: LoadedDrafter, op
             if res.stats.batch == first:
                 res.stats.total_time_s += share
                 res.stats.compile_s += route_compile_s if group == min(groups) else 0.0
-            res.stats.route = {"group": group, "route_s": share}
+            res.stats.route = {"group": group, "chosen": chosen[i], "route_s": share}
             res.stats.batch += batches
             res.index = i
             results[i] = res

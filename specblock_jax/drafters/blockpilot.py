@@ -16,7 +16,9 @@ middle block is [ReLU(Linear(W -> W)) + residual], as in BlockPilot's released M
 `sbj.generate` (one device, no adapter, `masked` False), it is a routing drafter (decoding/routed.py): each request
 is routed to its chosen size after a prefill (`route`), and every size's requests are decoded by a
 DFlash drafter of exactly that block size (`for_group`), so a size-b request drafts and verifies b
-nodes. Inside one loop (under a mesh, with serving-time adaptation, `masked=True` (loading:
+nodes. At batch > 1 (`pack`, the default) each batch of similar-length requests is served at the
+largest size its rows chose, so a job of few requests is not split into part-filled batches
+(`pack=false`: every request at exactly its own size). Inside one loop (under a mesh, with serving-time adaptation, `masked=True` (loading:
 `masked=true`), or called directly) it masks:
 `init_state` runs the policy on every row and stores the chosen sizes in the drafter state, so one
 compiled loop serves any mix of sizes at the cost of max(sizes); `propose`/`update` are the DFlash
@@ -129,6 +131,10 @@ class BlockPilotDrafter:
     policy: PolicyConfig
     policy_graphdef: nnx.GraphDef
     masked: bool = False  # True: one loop at max(sizes), smaller sizes masked (no routing)
+    # routed at batch > 1: True serves each batch of similar-length requests at its rows' largest
+    # chosen size (`pack`), so batches stay full; False splits batches by size, each request at
+    # exactly its own (a job of few requests then decodes many part-filled batches)
+    pack: bool = True
 
     def __post_init__(self):
         if self.dflash.block_size != max(self.policy.sizes):
@@ -149,6 +155,12 @@ class BlockPilotDrafter:
     def route(self, params, logits):
         """[B, V] the target's logits after each prompt -> [B] int32 chosen block sizes."""
         return choose(self.policy_graphdef, params["policy"], self.policy, logits)
+
+    def pack_group(self, sizes: list[int]) -> int | None:
+        """The size a batch whose rows chose `sizes` is served at: the largest (an accelerator's
+        step costs about the same at any of the window's sizes, and no row drafts less than it
+        chose), or None with `pack` False (each request at its own size)."""
+        return max(sizes) if self.pack else None
 
     def for_group(self, params, size: int) -> LoadedDrafter:
         """The DFlash drafter with block size `size` and its params: serves requests routed to it."""
@@ -187,15 +199,16 @@ def load_blockpilot(path, meta, target, dtype, decoding):
         raise ValueError(f"{path}: policy trained for vocab {policy.vocab_size}, the target has "
                          f"{target.config.vocab_size}")
     decoding = dict(decoding)
-    masked = decoding.pop("masked", False)
-    if not isinstance(masked, bool):
-        raise ValueError(f"{path}: masked must be true or false, got {masked!r}")
+    masked, pack = decoding.pop("masked", False), decoding.pop("pack", True)
+    for name, value in (("masked", masked), ("pack", pack)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{path}: {name} must be true or false, got {value!r}")
     dflash_dir = Path(meta["dflash_dir"])
     dflash_dir = dflash_dir if dflash_dir.is_absolute() else Path(path) / dflash_dir
     dflash, dparams = load_drafter(dflash_dir, target, dtype, **{**decoding, "block_size": max(policy.sizes)})
     graphdef, template = nnx.split(nnx.eval_shape(lambda: PolicyMLP(policy, rngs=nnx.Rngs(0))))
     params = _load_policy(Path(path), nnx.to_pure_dict(template))
-    return BlockPilotDrafter(dflash, policy, graphdef, masked), {"dflash": dparams, "policy": params}
+    return BlockPilotDrafter(dflash, policy, graphdef, masked, pack), {"dflash": dparams, "policy": params}
 
 
 def _load_policy(path: Path, template: dict) -> dict:
