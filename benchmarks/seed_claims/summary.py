@@ -1,11 +1,13 @@
 """Issue 40 item 5: the comparison tables and the targets, from the three runs of run.sh.
 
     .venv/bin/python benchmarks/seed_claims/summary.py [outputs/benchmarks/seed_claims] > benchmarks/seed_claims/results.md
+    .venv/bin/python benchmarks/seed_claims/summary.py outputs/benchmarks/seed_claims_vpall vpall_ > benchmarks/seed_claims/results_vpall.md
 
 Reads each prompt set's results.json (written by `specblock-bench`) and prints, per set and per
 (temperature, batch size) group, one row per method with the issue's columns, then the targets
 checked at T = 0, batch 1. Also copies each run's rows (token ids dropped) to
-benchmarks/seed_claims/<set>.json, so the tables remake from committed files.
+benchmarks/seed_claims/<TAG><set>.json, so the tables remake from committed files (TAG, the second
+argument, keeps a later run's copies apart: "vpall_" for the prefix_norm=all rerun).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ SETS = [("heldout", "the project's held-out prompts"), ("humaneval", "HumanEval"
         ("unseen_sympy", "sympy windows (a package no drafter trained on; the corpus leaves it out)")]
 LABELS = {"ar": "target-only", "prompt_lookup": "prompt lookup", "assets/drafters/eagle3": "EAGLE-3",
           "assets/drafters/specblock-data": "SpecBlock (data-matched)",
+          "assets/drafters/specblock-data-all": "SpecBlock (data-matched, prefix_norm=all)",
           "assets/drafters/specblock": "SpecBlock (compute-matched, ablation)",
           "assets/drafters/dflash": "DFlash 8", "assets/drafters/blockpilot": "BlockPilot (CPU labels)",
           "assets/drafters/blockpilot-v5p": "BlockPilot (v5p-priced labels)"}
@@ -64,13 +67,16 @@ def pick(rows: list[dict], name: str) -> dict | None:
 def targets(runs: dict) -> str:
     out = ["## Targets (T = 0, batch 1)", ""]
     held = [r for r in runs.get("heldout", {}).get("rows", []) if r["temperature"] == 0 and r["batch_size"] == 1]
-    e, s = pick(held, "EAGLE-3"), pick(held, "SpecBlock (data-matched)")
-    if e and s:
+    e = pick(held, "EAGLE-3")
+    for variant in ("SpecBlock (data-matched)", "SpecBlock (data-matched, prefix_norm=all)"):
+        s = pick(held, variant)
+        if not (e and s):
+            continue
         checks = [("SpecBlock priced speedup / EAGLE-3's", s["priced_speedup"], e["priced_speedup"], ">=", 1.08),
                   ("SpecBlock priced draft ms per token / EAGLE-3's", s["priced_draft_ms_per_token"],
                    e["priced_draft_ms_per_token"], "<=", 0.55),
                   ("SpecBlock tau / EAGLE-3's", s["tau_run"], e["tau_run"], ">=", 0.9)]
-        out += ["Held-out prompts, priced for v5p at Qwen3-8B shapes (acceptance measured here):", "",
+        out += [f"{variant}, held-out prompts, priced for v5p at Qwen3-8B shapes (acceptance measured here):", "",
                 "| target | SpecBlock | EAGLE-3 | ratio | wanted | met |", "|---|---|---|---|---|---|"]
         for name, a, b, op, want in checks:
             ratio = None if a is None or b is None else a / b
@@ -98,6 +104,7 @@ def targets(runs: dict) -> str:
 
 def main(argv: list[str]) -> None:
     root = Path(argv[0]) if argv else Path("outputs/benchmarks/seed_claims")
+    tag = argv[1] if len(argv) > 1 else ""
     runs = load(root)
     print("# The seeds' claims: one comparison, measured on this CPU and priced for v5p (issue 40, item 5)\n")
     print("Made by `sh benchmarks/seed_claims/run.sh` (commands and settings in its header), tables by "
@@ -109,7 +116,7 @@ def main(argv: list[str]) -> None:
             print(f"## {title}\n\nNot run.\n")
             continue
         meta = runs[name]["meta"]
-        (HERE / f"{name}.json").write_text(json.dumps(runs[name], separators=(",", ":")))
+        (HERE / f"{tag}{name}.json").write_text(json.dumps(runs[name], separators=(",", ":")))
         print(f"## {title}\n\n{meta['num_prompts']} prompts (`{meta['prompts']}`), {meta['max_new_tokens']} new "
               f"tokens, {meta['rounds']} rounds, {meta['date']}; complete: {meta.get('complete')}.\n")
         rows = runs[name]["rows"]
