@@ -129,18 +129,14 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
 def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eagle3, prompts):
     never = _adapter(eagle3, cost_scale=math.inf)
     before = compilation_count()
-    out = sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=never,
-                       refill=False)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=never,
+                 refill=False)
     s = never.summary()
     assert s["decisions"] == 3 and s["updates"] == 0 and s["declined"] == 3
     assert _unchanged(never, eagle3[1])
     # an adapter that never updates prices no update: no calibration round, compiled or run
     assert not any("calibration_s" in e for e in never.events)
-    # nor keeps features it will not use: after its first decision the loop runs without collecting
-    assert [e["collected"] for e in never.events] == [True, False, False, False]
-    assert compilation_count() - before <= 3  # the collecting and the plain decode loop, the buffer insert
-    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=2)
-    assert [r.token_ids for r in out] == [r.token_ids for r in ar]
+    assert compilation_count() - before <= 2  # the collecting decode loop and the buffer insert
     before = compilation_count()
     always = _adapter(eagle3, cost_scale=0.0)
     sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always,
@@ -206,7 +202,7 @@ def test_only_the_chosen_subset_changes(target, eagle3, prompts):
 
 @pytest.mark.slow
 def test_updates_reduce_the_loss_on_buffered_rows(target, eagle3, prompts):
-    ad = _adapter(eagle3, cost_scale=math.inf, collect_margin=0, learning_rate=3e-3, steps=10)
+    ad = _adapter(eagle3, cost_scale=math.inf, learning_rate=3e-3, steps=10)
     sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=4, adapter=ad)
     loss = _buffer_loss(ad)
     first = loss(ad.params)
@@ -240,7 +236,7 @@ def test_training_crops_cover_the_generated_positions_and_drop_the_last_label():
 
 
 def test_cropped_updates_reduce_the_loss_and_cost_one_compilation(target, eagle3, prompts):
-    ad = _adapter(eagle3, cost_scale=math.inf, collect_margin=0, learning_rate=3e-3, steps=10, train_window=16)
+    ad = _adapter(eagle3, cost_scale=math.inf, learning_rate=3e-3, steps=10, train_window=16)
     sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=4, adapter=ad)
     loss = _buffer_loss(ad)
     first = loss(ad.params)

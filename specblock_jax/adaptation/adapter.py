@@ -97,11 +97,6 @@ class AdaptConfig:
     # once, the newest `eval_rows` buffered rows none of its steps drew; "fresh" when there are
     # fewer). Unseen rows are as unbiased for the round (it never trained on them) but older.
     evaluate_on: str = "fresh"
-    # the loop keeps the target's features for the buffer (a cost in every step) only while they
-    # may be used: before the buffer holds min_rows, while an update waits for its judging rows,
-    # and while the last decision's predicted saving is at least this share of the update's cost
-    # (an update may come soon). 0: collect on every batch. Static batches only (refill collects on)
-    collect_margin: float = 0.5
     seed: int = 0
 
     def __post_init__(self):
@@ -111,8 +106,6 @@ class AdaptConfig:
             raise ValueError(f"adapt setting max_steps={self.max_steps}: use 0 (fixed rounds) or a number >= 1")
         if self.keep_z < 0:
             raise ValueError(f"adapt setting keep_z={self.keep_z}: use a number >= 0")
-        if self.collect_margin < 0:
-            raise ValueError(f"adapt setting collect_margin={self.collect_margin}: use a number >= 0")
         if not 0 <= self.backoff <= 1:
             raise ValueError(f"adapt setting backoff={self.backoff}: use a number in [0, 1]")
         if self.train_window < 0 or self.train_window == 1:
@@ -367,36 +360,23 @@ class Adapter:
         return (self.inner, self.paths, c.steps, c.batch_rows, c.depth, c.train_window, c.eval_rows,
                 tuple((d.shape, str(d.dtype)) for d in self.buffer.data), jax.default_backend())
 
-    def wants_features(self) -> bool:
-        """Whether the next batch should be decoded with collect=True (`collect_margin`)."""
-        if self.buffer is None or self.buffer.size < self.config.min_rows or self.pending is not None:
-            return True
-        last = next((e for e in reversed(self.events) if "saving_s" in e), None)
-        if last is None or self.config.collect_margin == 0:
-            return True
-        return last["saving_s"] >= self.config.collect_margin * self.config.cost_scale * last["cost_s"]
-
     def after_batch(self, history, hist_len, prompt_len, feats, num_rows: int, tokens: int,
                     forwards: int, decode_s: float, budget: int, remaining_budget: int) -> dict:
         """One decoded batch (the speculative loop's outputs with collect=True; its first
         `num_rows` rows are real): `tokens` committed in `forwards` verification forwards (summed over rows; the
         prefill's token excluded) in `decode_s` seconds, out of `budget` new-token budget;
         `remaining_budget`: the new-token budget of the requests the `generate` call still holds
-        (what a server knows: its queue, not how much work will come after it). `feats` None: a
-        batch decoded without collection (`wants_features` False), nothing buffered. Returns the event."""
+        (what a server knows: its queue, not how much work will come after it). Returns the event."""
         start = time.perf_counter()
         compile_before = self.compile_s
-        slots: Any = []
-        if feats is not None:
-            if self.buffer is None:
-                self.buffer = ReplayBuffer(self.config.capacity, self.config.window, feats.shape[2],
-                                           feats.shape[3], str(feats.dtype))
-            slots = self.buffer.add(history, hist_len, prompt_len, feats, num_rows)
-            self.compile_s += self.buffer.compile_s
-            self.buffer.compile_s = 0.0
+        if self.buffer is None:
+            self.buffer = ReplayBuffer(self.config.capacity, self.config.window, feats.shape[2],
+                                       feats.shape[3], str(feats.dtype))
+        slots = self.buffer.add(history, hist_len, prompt_len, feats, num_rows)
+        self.compile_s += self.buffer.compile_s
+        self.buffer.compile_s = 0.0
         event: dict[str, Any] = {"batch": len(self.events), "rows": num_rows, "tokens": tokens,
-                                 "tau": tokens / forwards if forwards else None, "decode_s": decode_s,
-                                 "collected": feats is not None}
+                                 "tau": tokens / forwards if forwards else None, "decode_s": decode_s}
         ctl = self.controller
         self.fresh.extend(int(x) for x in slots)
         if self.pending is not None and len(self.fresh) >= self.config.eval_rows:
@@ -410,8 +390,7 @@ class Adapter:
         event["remaining_tokens"] = remaining_budget * fill
         event["update"] = False
         # decide only with data enough, work left, and the last update already evaluated
-        if (self.buffer is not None and self.buffer.size >= self.config.min_rows and remaining_budget > 0
-                and self.pending is None):
+        if self.buffer.size >= self.config.min_rows and remaining_budget > 0 and self.pending is None:
             reused = costs.lookup(self.cost_key(), self.config.costs_file) if ctl.needs_cost() else None
             if reused is not None:
                 event["calibration_reused_s"] = reused["cost_s"]

@@ -90,7 +90,7 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
                            [r.key for r in rows], bucket, base_key, options.top_k, options.top_p, stop_arr)
         spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=d,
                         cache_len=cache_length(bucket, max_new, 0 if d is None else d.num_nodes), max_new=max_new,
-                        greedy=greedy, collect=adapter is not None and adapter.wants_features())
+                        greedy=greedy, collect=adapter is not None)
         loop_dparams = adapter.params if adapter is not None else dparams
         if layout is None:
             exe, compile_s = compiled(LoopSpec.decode, (spec,), params, loop_dparams, inputs,
