@@ -1,5 +1,5 @@
 """Loop cost of feature collection: EAGLE-3 decoding with an adapter that never updates (collect
-every batch, collect_margin=0) against plain, interleaved, static batches of 1 and the refill stream."""
+every batch) against plain, interleaved, static batches of 1 and the refill stream."""
 import json, time, math, sys
 import specblock_jax as sbj
 from specblock_jax.adaptation import AdaptConfig, Adapter
@@ -7,7 +7,7 @@ target = sbj.load_target("assets/target")
 drafter = sbj.load_drafter("assets/drafters/eagle3", target)
 prompts = [json.loads(l)["prompt"] for l in open("assets/prompts/indomain.jsonl")][:24]
 def run(collect, refill):
-    ad = Adapter(drafter, AdaptConfig(cost_scale=math.inf, collect_margin=0)) if collect else None
+    ad = Adapter(drafter, AdaptConfig(cost_scale=math.inf)) if collect else None
     t = time.perf_counter()
     out = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=128, batch_size=1, adapter=ad, refill=refill)
     return time.perf_counter() - t - sum(r.stats.compile_s for r in out) / 1
