@@ -86,7 +86,9 @@ FOOTER = """
   16): BlockPilot's priced labels (benchmarks/blockpilot_priced/) use these rows.
 - **Priced speedups use the miniature's tau**, whose drafters are small and weakly trained
   (SpecBlock 1.67, DFlash block 8 2.04): at these taus SpecBlock and DFlash price near or below
-  1x. The priced step costs are the part this table adds.
+  1x. The priced step costs are the part this table adds. With the data-matched drafters of issue
+  40 (`benchmarks/seed_claims/`, held-out, T = 0, batch 1: EAGLE-3 tau 3.12, SpecBlock trained
+  with `prefix_norm=all` 3.33), the same step costs price EAGLE-3 at 1.79x and SpecBlock at 1.62x.
 - **The 90-node SpecBlock tree** aborts libtpu 0.0.42.1 at v5p, batch 1, 2k (a failed check in its
   memory-space assignment) and compiles at 8k and batch 32, and on v6e.
 - **Training memory** (recomputed this session under the current code, `accounting="memory"`:
