@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/long_jobs/summary.py OUT_DIR [NAME]
 
 OUT_DIR is a `specblock-bench` output folder (results.json, adapt_*.jsonl, adapt_tau.png). Prints a
-markdown table and copies the run's rows (results.json, compact, per-batch series to 4 digits), its
+markdown table and copies the run's rows (results.json.gz, compact, per-batch series to 4 digits), its
 adaptation events (gzipped jsonl) and its tau plot to benchmarks/long_jobs/NAME/ (NAME defaults to
 OUT_DIR's name): the folder stays small (docs/ and benchmarks/ hold at most 3 MB).
 """
@@ -75,7 +75,7 @@ def main(argv: list[str]) -> None:
         for key in ("batch_taus", "batch_tokens_per_s"):
             if r.get(key) is not None:
                 r[key] = [round(x, 4) for x in r[key]]
-    (dest / "results.json").write_text(json.dumps(data, separators=(",", ":")))
+    (dest / "results.json.gz").write_bytes(gzip.compress(json.dumps(data, separators=(",", ":")).encode(), mtime=0))
     md = table(out_dir)
     (dest / "results.md").write_text(f"# Long job: {name}\n\n{md}\n")
     print(md)

@@ -6,12 +6,13 @@
 Reads each prompt set's results.json (written by `specblock-bench`) and prints, per set and per
 (temperature, batch size) group, one row per method with the issue's columns, then the targets
 checked at T = 0, batch 1. Also copies each run's rows (token ids dropped) to
-benchmarks/seed_claims/<TAG><set>.json, so the tables remake from committed files (TAG, the second
+benchmarks/seed_claims/<TAG><set>.json.gz (gzipped), so the tables remake from committed files (TAG, the second
 argument, keeps a later run's copies apart: "vpall_" for the prefix_norm=all rerun).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -116,7 +117,8 @@ def main(argv: list[str]) -> None:
             print(f"## {title}\n\nNot run.\n")
             continue
         meta = runs[name]["meta"]
-        (HERE / f"{tag}{name}.json").write_text(json.dumps(runs[name], separators=(",", ":")))
+        with gzip.open(HERE / f"{tag}{name}.json.gz", "wt") as f:
+            json.dump(runs[name], f, separators=(",", ":"))
         print(f"## {title}\n\n{meta['num_prompts']} prompts (`{meta['prompts']}`), {meta['max_new_tokens']} new "
               f"tokens, {meta['rounds']} rounds, {meta['date']}; complete: {meta.get('complete')}.\n")
         rows = runs[name]["rows"]
