@@ -69,14 +69,19 @@ FOOTER = """
   commit cost 0.13 ms.
 - **SpecBlock's update is the costliest drafting phase here, 0.49 ms** (15.2 GFLOP and 1.36 GB per
   chip, against EAGLE-3's 0.19 ms): it runs every committed pair through both layers with K = 4
-  query slots each, and it is priced at the largest bucket of its row switch (13 pairs:
-  `drafters/common.py` `switch_on_rows`). XLA's cost analysis prices a conditional at its
-  costliest branch (checked: a 3-branch `lax.switch` of 1, 2 and 3 matmuls reports the FLOPs and
-  bytes of the 3-matmul branch), while decoding runs the bucket of the pairs each step actually
-  committed (2-4 at the miniature's tau): SpecBlock's priced update, and so its priced step, is an
-  upper bound. Its propose (0.36 ms) is below EAGLE-3's (0.43 ms). Besides, SpecBlock's `fuse`
-  and `shift` weights (170 MB) match no rule of `parallel/mesh.py` and are replicated on every
-  chip.
+  query slots each, in the smallest bucket of its row switch (2, 4 or 9 pairs for the shipped
+  tree: `drafters/common.py` `switch_on_rows`) that holds the pairs a step committed. XLA's cost
+  analysis prices a conditional at its costliest branch (checked: a 3-branch `lax.switch` of 1, 2
+  and 3 matmuls reports the FLOPs and bytes of the 3-matmul branch). `update_branches.py` prices
+  the update with the switch forced to each bucket (`update_branches.json`; v5p, batch 1, 2k):
+  **0.377 ms at 2 pairs, 0.389 at 4, 0.434 at 9**, against 0.491 ms for the switch as compiled,
+  whose FLOPs are the 9-pair branch's and whose bytes are 158 MB above them (operand traffic the
+  conditional adds in the cost model; whether a TPU pays it was not measured). At the taus
+  measured (2-4 pairs a step) the update is ~0.39 ms and SpecBlock's step ~2.82 ms, not 2.92 ms:
+  with the data-matched drafters' held-out taus that prices SpecBlock at ~1.67x against
+  EAGLE-3's 1.79x (0.93), where the switch's price gave 1.62x (0.91). Its propose (0.36 ms) is
+  below EAGLE-3's (0.43 ms). Besides, SpecBlock's `fuse` and `shift` weights (170 MB) match no
+  rule of `parallel/mesh.py` and are replicated on every chip.
 - **Width is cheap, depth is not**: EAGLE-3's 6-node chain of 5 prices as its 16-node tree at batch
   1 (2.48 ms; the drafter's weights are read once per sequential forward). At batch 32 the nodes
   cost: EAGLE-3's tree 13.1 ms against its chain's 8.9 ms and target-only's 3.1 ms.
