@@ -21,9 +21,12 @@ HEADER = """# Qwen3-8B on TPU topologies, compiled ahead of time on a CPU (issue
 **Estimates, not measurements.** No TPU ran. Every phase below is the library's own jitted
 function (`specblock_jax/aot`, docs/tpu_aot.md) compiled by libtpu 0.0.42.1 (`jax[tpu]==0.10.2`)
 for the named topology, from abstract bf16 arguments (no weights), on the 2-core x86-64 CPU
-(Linux VM) that runs the tests. Rows ran one at a time at normal priority; a drafter training job
-and helpers' tests ran beside them at nice 19 (they yield the CPU, but not its caches and memory
-bandwidth: compile times are a little above the machine alone). Date: 2026-12-04.
+(Linux VM) that runs the tests. Rows of 2026-12-04 ran one at a time at normal priority, with a
+drafter training job and helpers' tests beside them at nice 19 (compile times a little above the
+machine alone). Rows added 2026-12-05 (v5p at batch 32 / 8k: the 90-node tree and DFlash; v6e at
+batch 32: SpecBlock's shipped tree and DFlash 8; the Llama-3.1-70B training rows) ran at nice 19
+beside training, benches and tests, and were paused (SIGSTOP) during benches: their compile_s
+is wall time, not compile time (up to 5,066 s).
 
 ```
 python benchmarks/tpu_aot/run.py --only phases          # the phase rows (resumable)
@@ -108,11 +111,15 @@ FOOTER = """
     36.1 GB, still above 16 GiB. The v5p row with remat did not finish compiling (over 20 minutes
     and 11.8 GB of host memory: the 64 recomputed chunks x 3 blocks x 2 layers make a large
     program).
-- **Not run** ("not run" cells, and rows absent from the training table): v6e at batch 32 for
-  SpecBlock and DFlash; v6e at 8k; v5p at batch 32 and 8k for DFlash and the 90-node tree; the
-  training rows for v5e/v5p EAGLE-3 and DFlash at 8 x 2,048 (the earlier rows predated the
-  `head` rule and were dropped), for Llama-3.1-70B (v5p:2x2x2) and the rest at 32 x 4,096.
-  `run.py` resumes them.
+- **Llama-3.1-70B drafter training on v5p:2x2x2 (8 chips, FSDP), 8 x 2,048:** EAGLE-3 fits
+  (66.9 GB per chip of 102 GB), DFlash fits (33.3 GB), SpecBlock's unroll does not (152.5 GB asked:
+  142 GB of temporaries).
+- **Not run** (41 of 130 rows; "not run" cells, and rows absent from the training table): v6e at
+  8k, every method; v6e at batch 32, 2k, DFlash 4 and 16; the training rows for v5e-8 and v5p-8
+  EAGLE-3 and DFlash at 8 x 2,048 (the earlier rows predated the `head` rule and were dropped),
+  v6e-8 SpecBlock at 8 x 2,048, every `+remat` row but v5e's at 8 x 2,048, and every 32 x 4,096 row but three.
+  `python benchmarks/tpu_aot/run.py --only phases` / `--only train` resume them (2-5 min each,
+  the machine alone).
 """
 DECODE = ("prefill", "target_step", "propose", "tree_forward", "verify_commit", "update", "spec_step")
 GB = 1e9
