@@ -6,7 +6,7 @@
 Reads each prompt set's results.json (written by `specblock-bench`) and prints, per set and per
 (temperature, batch size) group, one row per method with the issue's columns, then the targets
 checked at T = 0, batch 1. Also copies each run's rows (token ids dropped) to
-benchmarks/seed_claims/<TAG><set>.json.gz (gzipped), so the tables remake from committed files (TAG, the second
+benchmarks/seed_claims/<TAG><set>.json.gz (gzipped), so the rows behind the tables stay in the repository (TAG, the second
 argument, keeps a later run's copies apart: "vpall_" for the prefix_norm=all rerun).
 """
 
