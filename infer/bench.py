@@ -176,6 +176,21 @@ def profile_summary(results) -> dict:
     return out
 
 
+def step_figures(prof: dict, tau_run: float, is_ar: bool) -> tuple:
+    """(drafting ms per step, tree forward + verification ms per step, ideal speedup) from a
+    method's profile_summary; None where the phases they need were never profiled (an auto: run
+    whose profiled chunks all went to target-only), and (None, None, 1.0) for target-only."""
+    if is_ar:
+        return None, None, 1.0
+    draft = (prof["propose_ms"] or 0.0) + (prof["update_ms"] or 0.0)
+    if prof["tree_forward_ms"] is None or prof["verify_ms"] is None:
+        return draft, None, None
+    verify = prof["tree_forward_ms"] + prof["verify_ms"]
+    ideal = ideal_speedup(tau_run, prof["forward_1_ms"], prof["tree_forward_ms"], prof["verify_ms"]) \
+        if prof["forward_1_ms"] is not None else None
+    return draft, verify, ideal
+
+
 def batch_taus(results) -> list[float]:
     """tau of every batch in decoding order (tokens committed per target forward, bonus included)."""
     per: dict[int, list[int]] = {}
@@ -320,10 +335,7 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
     tau_median = float(np.median(taus))
     tau_run = sum(len(r.token_ids) - 1 for r in results) / max(sum(r.stats.target_forwards - 1 for r in results), 1)
     is_ar = not isinstance(drafter, sbj.decoding.AutoServe) and resolve_drafter(drafter) is None
-    draft_step = None if is_ar else (prof["propose_ms"] or 0.0) + (prof["update_ms"] or 0.0)
-    verify_step = None if is_ar else prof["tree_forward_ms"] + prof["verify_ms"]
-    ideal = 1.0 if is_ar else ideal_speedup(tau_run, prof["forward_1_ms"], prof["tree_forward_ms"],
-                                            prof["verify_ms"])
+    draft_step, verify_step, ideal = step_figures(prof, tau_run, is_ar)
     return {
         "method": method, "temperature": temperature, "batch_size": batch_size, "prompts": len(results), "new_tokens": tokens,
         "wall_s": wall, "tokens_per_s": tokens / wall,

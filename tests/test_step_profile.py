@@ -87,18 +87,28 @@ def test_ideal_speedup_arithmetic():
 
 
 def test_bench_weights_each_shape_by_its_decoding_steps():
-    def row(batch, forwards, prof):
-        stats = sbj.decoding.GenerationStats(3, 4, forwards + 1, 1.0, "length", 0.0, 1.0, 0.0, 1, batch,
-                                             step_profile=prof)
-        return sbj.decoding.GenerationResult(None, [1], stats)
-
     short = {"forward_1_ms": 1.0, "tree_forward_ms": 4.0, "verify_ms": 1.0, "prompt_len": 16}
     long = {"forward_1_ms": 4.0, "tree_forward_ms": 10.0, "verify_ms": 2.0, "prompt_len": 32}
-    out = bench.profile_summary([row(0, 3, short), row(1, 2, short), row(2, 5, long)])
+    out = bench.profile_summary([_row(0, 3, short), _row(1, 2, short), _row(2, 5, long)])
     # batch steps 3, 2 (shape 16) and 5 (shape 32): weights 5 and 5
     assert out["forward_1_ms"] == pytest.approx(2.5) and out["tree_forward_ms"] == pytest.approx(7.0)
     assert out["propose_ms"] is None
     assert sorted((e["prompt_len"], e["steps"], e["batches"]) for e in out["step_profiles"]) == [(16, 5, 2), (32, 5, 1)]
+
+
+def test_bench_step_figures_without_tree_phases():
+    # an auto: run at batch 4 whose profiled chunks all went to target-only: only forward_1 timed
+    ar_only = bench.profile_summary([_row(0, 5, {"forward_1_ms": 2.0, "prompt_len": 16})])
+    assert bench.step_figures(ar_only, 1.0, is_ar=False) == (0.0, None, None)
+    full = {"forward_1_ms": 1.5, "tree_forward_ms": 2.0, "verify_ms": 0.5, "propose_ms": 1.0, "update_ms": None}
+    assert bench.step_figures(full, 3.0, is_ar=False) == pytest.approx((1.0, 2.5, 1.8))
+    assert bench.step_figures(ar_only, 1.0, is_ar=True) == (None, None, 1.0)
+
+
+def _row(batch, forwards, prof):
+    stats = sbj.decoding.GenerationStats(3, 4, forwards + 1, 1.0, "length", 0.0, 1.0, 0.0, 1, batch,
+                                         step_profile=prof)
+    return sbj.decoding.GenerationResult(None, [1], stats)
 
 
 def test_generate_charges_propose_and_update_per_step(target):
