@@ -28,7 +28,8 @@ def compare(group: list[dict], temperature: float) -> None:
         r["speedup"] = pooled(r) / pooled(base)
         r["round_speedups"] = [(t / w) / (bt / bw) for t, w, bt, bw in zip(
             r["round_new_tokens"], r["round_wall_s"], base["round_new_tokens"], base["round_wall_s"])]
-        r["achieved_over_ideal"] = r["speedup"] / r["ideal_speedup"]
+        # None where the ideal is unknown (an auto: row whose profiled chunks all went to target-only)
+        r["achieved_over_ideal"] = r["speedup"] / r["ideal_speedup"] if r["ideal_speedup"] else None
         # token equality is the greedy guarantee; sampled runs draw other random numbers
         r["same_as_ar"] = (float(np.mean([a == b for a, b in zip(r["token_ids"], base["token_ids"])]))
                            if temperature == 0 else None)

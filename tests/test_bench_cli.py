@@ -297,6 +297,9 @@ def test_speedup_is_pooled_over_rounds_with_the_per_round_range():
     assert lines[1] == "fastest: eagle3, 1.14x [0.80-2.00] target-only's tokens/s (T=0, batch 1)"
     slow_only = bench_report.closing_lines([ar, slow], "out", "cmd")
     assert slow_only[1].startswith("fastest: target-only; the best other method, prompt_lookup, ran at 1.00x")
+    unprofiled = {**row("auto:x/eagle3", [100, 100, 100], [1.0, 2.0, 1.0]), "ideal_speedup": None}
+    bench_report.compare([ar, unprofiled], 0.0)  # its tree phases never profiled: no ideal
+    assert unprofiled["speedup"] == pytest.approx(1.0) and unprofiled["achieved_over_ideal"] is None
     bench_report.compare([ar, m], 1.0)
     assert m["same_as_ar"] is None  # sampled: outputs differ by design
 
