@@ -73,6 +73,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import gzip
+import json
 import os
 import platform
 import sys
@@ -298,11 +300,28 @@ def run_rounds(target, prompts, methods, temperature, batch_size, args,
                            results=res, note=f" [round {k + 1}/{args.rounds}]")
             tokens, wall = loop_time(res[before:])
             rounds[i].append((tokens, wall + adapt_time(prep) - adapt_before))
-    rows = [summarise(p, r, temperature, batch_size, n) for p, r, n in zip(preps, results, rounds)]
+    try:
+        rows = [summarise(p, r, temperature, batch_size, n) for p, r, n in zip(preps, results, rounds)]
+    except Exception:
+        keep_unreported(args, f"T{temperature:g}_b{batch_size}", [
+            {"method": p["method"], "rounds": n, "results": [{"token_ids": x.token_ids, **x.stats.to_dict()} for x in r]}
+            for p, r, n in zip(preps, results, rounds)])
+        raise
     if pricer is not None:
         for prep, row in zip(preps, rows):
             row.update(pricer.row(prep["drafter"], row["tau_run"], batch_size))
     return rows
+
+
+def keep_unreported(args, name: str, payload) -> None:
+    """A finished group's decoding that its summary or report failed on, kept as
+    unreported_<name>.json.gz in --out-dir (a reporting bug must not cost a long run its work)."""
+    out_dir = getattr(args, "out_dir", None)
+    if out_dir is not None:
+        path = Path(out_dir) / f"unreported_{name}.json.gz"
+        with gzip.open(path, "wt") as f:
+            json.dump(payload, f, default=str)
+        print(f"the group's decoding is kept in {path}", file=sys.stderr, flush=True)
 
 
 def adapt_time(prep: dict) -> float:
@@ -535,11 +554,15 @@ def main(argv=None) -> int:
     for i, (batch_size, temperature) in enumerate(groups):
         group = run_rounds(target, prompts, methods, temperature, batch_size, args,
                            [r["prompt"] for r in cal_records], pricer)
-        compare(group, temperature)  # group[0] is ar's
+        try:
+            compare(group, temperature)  # group[0] is ar's
+            if pricer is not None:
+                meta["price"]["sources"] = dict(pricer.sources)
+            write_results(args.out_dir, {**meta, "complete": i == len(groups) - 1}, records, group, rows + group)
+        except Exception:
+            keep_unreported(args, f"T{temperature:g}_b{batch_size}", group)
+            raise
         rows += group
-        if pricer is not None:
-            meta["price"]["sources"] = dict(pricer.sources)
-        write_results(args.out_dir, {**meta, "complete": i == len(groups) - 1}, records, group, rows)
         # a group's executables (every method's loops, adapters, auto options) serve no later group:
         # XLA:CPU runs out of code memory when a long run keeps them all (a 4-group run crashed)
         release(mark)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 
@@ -167,6 +168,28 @@ def test_an_interrupted_bench_keeps_the_groups_it_finished(tiny_ckpt, tmp_path, 
     assert [(r["temperature"], r["method"]) for r in data["results"]] == [(0.0, "ar"), (0.0, "prompt_lookup")]
     assert len(list(out.glob("outputs_prompt_lookup_T0_b*.jsonl"))) == 1
     assert "partial" in (out / "results.md").read_text()
+
+
+@pytest.mark.parametrize("broken", ["summarise", "compare"])
+def test_a_reporting_bug_keeps_the_groups_decoding(broken, tiny_ckpt, tmp_path, monkeypatch):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"id": str(i), "prompt": "x = 1\n" * (i + 2)}) + "\n" for i in range(2)))
+
+    def fails(*a, **k):
+        raise TypeError("a bug in the summary")
+
+    monkeypatch.setattr(bench, broken, fails)
+    out = tmp_path / "bench"
+    with pytest.raises(TypeError, match="a bug in the summary"):
+        bench.main(["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out-dir", str(out),
+                    "--methods", "prompt_lookup", "--max-new-tokens", "8", "--rounds", "1", "--warmup-prompts", "0"])
+    kept = json.load(gzip.open(out / "unreported_T0_b1.json.gz", "rt"))
+    assert [k["method"] for k in kept] == ["ar", "prompt_lookup"]
+    if broken == "summarise":  # raw results: every prompt's tokens and stats, and the rounds' timings
+        assert all(len(k["results"]) == 2 and len(k["results"][0]["token_ids"]) == 8 for k in kept)
+        assert kept[0]["results"][0]["target_forwards"] > 0 and len(kept[0]["rounds"]) == 1
+    else:  # the summarised rows
+        assert all(k["new_tokens"] == 16 for k in kept)
 
 
 @pytest.mark.slow
