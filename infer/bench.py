@@ -54,7 +54,8 @@ then counts the adaptation time (compilation excluded, as for decoding), and the
 its decisions (adapt_<method>_T<t>_b<b>.jsonl) and tau per batch over the run (adapt_tau.png).
 Writes results.json, results.md, speedup.png and every method's completions
 (outputs_<method>_T<temperature>.jsonl) into --out-dir, the first two after every finished (batch
-size, temperature) group (results.json "meta.complete" says whether the run got to the end);
+size, temperature) group (results.json "meta.complete" says whether the run got to the end; a
+group whose summary or report fails leaves its decoding in unreported_T<t>_b<b>.json.gz);
 `specblock-bench --replot DIR` redraws the plots of a finished run. After the table the run prints
 three lines: where the outputs went, the fastest method (pooled speedup [round min-max]), and the
 command that runs the same comparison on one's own checkpoint and drafter.
@@ -181,10 +182,12 @@ def profile_summary(results) -> dict:
 def step_figures(prof: dict, tau_run: float, is_ar: bool) -> tuple:
     """(drafting ms per step, tree forward + verification ms per step, ideal speedup) from a
     method's profile_summary; None where the phases they need were never profiled (an auto: run
-    whose profiled chunks all went to target-only), and (None, None, 1.0) for target-only."""
+    whose profiled chunks all went to target-only: not a free draft), and (None, None, 1.0) for
+    target-only."""
     if is_ar:
         return None, None, 1.0
-    draft = (prof["propose_ms"] or 0.0) + (prof["update_ms"] or 0.0)
+    phases = [prof["propose_ms"], prof["update_ms"]]
+    draft = None if phases == [None, None] else sum(v or 0.0 for v in phases)
     if prof["tree_forward_ms"] is None or prof["verify_ms"] is None:
         return draft, None, None
     verify = prof["tree_forward_ms"] + prof["verify_ms"]

@@ -99,7 +99,7 @@ def test_bench_weights_each_shape_by_its_decoding_steps():
 def test_bench_step_figures_without_tree_phases():
     # an auto: run at batch 4 whose profiled chunks all went to target-only: only forward_1 timed
     ar_only = bench.profile_summary([_row(0, 5, {"forward_1_ms": 2.0, "prompt_len": 16})])
-    assert bench.step_figures(ar_only, 1.0, is_ar=False) == (0.0, None, None)
+    assert bench.step_figures(ar_only, 1.0, is_ar=False) == (None, None, None)  # unknown, not free
     full = {"forward_1_ms": 1.5, "tree_forward_ms": 2.0, "verify_ms": 0.5, "propose_ms": 1.0, "update_ms": None}
     assert bench.step_figures(full, 3.0, is_ar=False) == pytest.approx((1.0, 2.5, 1.8))
     assert bench.step_figures(ar_only, 1.0, is_ar=True) == (None, None, 1.0)
