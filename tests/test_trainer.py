@@ -202,6 +202,10 @@ def test_config_errors_name_the_key(tmp_path):
         with_defaults(base_cfg(tmp_path, max_steps=0))
     with pytest.raises(ValueError, match="'time_budget_min' must be a number > 0 or null"):
         with_defaults(base_cfg(tmp_path, time_budget_min=-1))
+    with pytest.raises(ValueError, match="'stop_min_gain' must be a number >= 0 or null"):
+        with_defaults(base_cfg(tmp_path, stop_min_gain=-0.1))
+    with pytest.raises(ValueError, match="'stop_min_gain' needs eval_every >= 1"):
+        with_defaults(base_cfg(tmp_path, stop_min_gain=0.02, eval_every=0))
 
 
 # ------------------------------------------------------------------------------- train runs
@@ -283,6 +287,24 @@ def test_time_budget_stops_the_run(target, data, tmp_path):
     assert "eval_tau_mean" not in summary and summary["eval_history"] == []
     assert latest_state(tmp_path)[0] == 1
     assert (tmp_path / "export" / "params.npz").exists()
+
+
+def test_a_plateau_stops_the_run_and_survives_a_resume(target, data, tmp_path):
+    """With stop_min_gain the run evaluates at its start, then every eval_every steps, and stops
+    after the first evaluation that gains less than the fraction over the one before (here
+    1.0 -> 1.5 -> 1.52: +1.3% < 2% at step 4); a rerun on the finished run dir stays stopped."""
+    scores = iter([1.0, 1.5, 1.52, 9.0])
+    evaluate = lambda params: {"score": next(scores)}  # noqa: E731
+    cfg = base_cfg(tmp_path, max_steps=12, eval_every=2, stop_min_gain=0.02, stop_metric="score")
+    summary = train(BigramTask({}, target), cfg, factory(data), evaluate)
+    assert summary["stop_reason"] == "plateau" and summary["steps"] == 4
+    assert [(e["step"], e["score"]) for e in summary["eval_history"]] == [(0, 1.0), (2, 1.5), (4, 1.52)]
+    assert latest_state(tmp_path)[0] == 4
+    again = train(BigramTask({}, target), cfg, factory(data), lambda params: {"score": 0.0})
+    assert again["stop_reason"] == "plateau" and again["steps"] == 4
+    with pytest.raises(ValueError, match="stop_metric 'missing' is not in the evaluation records"):
+        train(BigramTask({}, target), {**cfg, "run_dir": str(tmp_path / "b"), "stop_metric": "missing"},
+              factory(data), lambda params: {"score": 1.0})
 
 
 @pytest.mark.slow

@@ -62,6 +62,7 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "max_steps": 1000, "time_budget_min": None,
     "log_every": 10, "ckpt_every": 200, "keep_checkpoints": 2,
     "eval_every": 200, "eval_max_new_tokens": 64, "eval_batch_size": 8,
+    "stop_min_gain": None, "stop_metric": "eval_tau_mean",
 }
 RESERVED_METRICS = ("step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s", "elapsed_s",
                     "flops")
@@ -91,6 +92,13 @@ def with_defaults(cfg: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("lr", "min_lr_ratio", "weight_decay", "b1", "b2", "grad_clip"):
         if not isinstance(out[key], (int, float)) or out[key] < 0:
             raise ValueError(f"config key {key!r} must be a number >= 0, got {out[key]!r}")
+    gain = out["stop_min_gain"]
+    if gain is not None:
+        if not isinstance(gain, (int, float)) or gain < 0:
+            raise ValueError(f"config key 'stop_min_gain' must be a number >= 0 or null, got {gain!r}")
+        if not out["eval_every"]:
+            raise ValueError("config key 'stop_min_gain' needs eval_every >= 1 (the gain is measured "
+                             "between two consecutive evaluations)")
     budget = out["time_budget_min"]
     if budget is not None and (not isinstance(budget, (int, float)) or budget <= 0):
         raise ValueError(f"config key 'time_budget_min' must be a number > 0 or null, got {budget!r}")
@@ -269,7 +277,10 @@ def train(task: TrainTask, cfg: Mapping[str, Any],
         `RESERVED_METRICS`), every `eval_every` steps and at the end; None = no evaluation. A
         drafter run's is `tau_evaluator(...)`.
     Stops at max_steps, when the elapsed run time (summed over resumes, evaluations included)
-    reaches time_budget_min, or when the data ends; then evaluates (unless done at this step),
+    reaches time_budget_min, when the data ends, or (stop_min_gain set) when an evaluation's
+    `stop_metric` has gained less than stop_min_gain (a fraction) over the previous one
+    ("plateau"; with stop_min_gain the run also evaluates at its first step, so a fine-tuned
+    drafter's start counts as the first evaluation); then evaluates (unless done at this step),
     saves a checkpoint, calls `task.export(params, out_dir)` and writes summary.json:
         {"steps", "stop_reason", "elapsed_s", "tokens_seen", "flops_per_step", "train_flops",
          "last_train_record", <the final evaluation's fields>, "eval_history", "run_dir",
@@ -326,7 +337,7 @@ def train(task: TrainTask, cfg: Mapping[str, Any],
             "elapsed_s": time.perf_counter() - session_start, "tokens_seen": tokens_seen})
 
     def run_eval() -> None:
-        nonlocal last_eval
+        nonlocal last_eval, plateau
         if evaluate is not None:
             result = dict(evaluate(params))
             clash = sorted(set(result) & set(RESERVED_METRICS))
@@ -336,6 +347,8 @@ def train(task: TrainTask, cfg: Mapping[str, Any],
             if primary:
                 append_jsonl(log_path, {"step": step, **result})
             bar.write(f"step {step}: " + ", ".join(f"{k} {v}" for k, v in result.items()))
+            plateau = plateau or _plateaued(cfg, eval_history, result)
+            eval_history.append(result)
         last_eval = step
 
     def log_window() -> None:
@@ -360,8 +373,15 @@ def train(task: TrainTask, cfg: Mapping[str, Any],
     window, window_tokens, window_start, window_pause = [], 0, time.perf_counter(), 0.0
     stop_reason = "max_steps"
     flops_per_step = None
+    eval_history = [r for r in records if "loss" not in r]
+    plateau = _plateaued(cfg, eval_history[:-1], eval_history[-1]) if eval_history else False
     bar = tqdm(total=cfg["max_steps"], initial=min(step, cfg["max_steps"]), desc="train", unit="step")
+    if cfg["stop_min_gain"] is not None and not eval_history and evaluate is not None:
+        run_eval()  # the starting point the first gain is measured from
     while step < cfg["max_steps"]:
+        if plateau:
+            stop_reason = "plateau"
+            break
         if elapsed >= budget_s:
             stop_reason = "time_budget"
             break
@@ -408,6 +428,20 @@ def train(task: TrainTask, cfg: Mapping[str, Any],
     parallel.sync("specblock-train-exported")  # (a no-op for one process)
     return _write_summary(cfg, step, stop_reason, elapsed, tokens_seen, _read_log(log_path),
                           write=primary, flops_per_step=flops_per_step, exported=exported)
+
+
+def _plateaued(cfg: Mapping[str, Any], history: Sequence[Mapping[str, Any]],
+               latest: Mapping[str, Any]) -> bool:
+    """Whether `latest` evaluation gained less than cfg["stop_min_gain"] (relative) in
+    cfg["stop_metric"] over the last of `history`; False without a rule or an earlier evaluation."""
+    if cfg["stop_min_gain"] is None or not history:
+        return False
+    name = cfg["stop_metric"]
+    if name not in latest or name not in history[-1]:
+        raise ValueError(f"stop_metric {name!r} is not in the evaluation records "
+                         f"(they hold {sorted(latest)})")
+    before, now = float(history[-1][name]), float(latest[name])
+    return now - before < cfg["stop_min_gain"] * abs(before)
 
 
 def _write_summary(cfg: dict[str, Any], step: int, stop_reason: str, elapsed: float,
