@@ -1,6 +1,6 @@
 """Training curves from `metrics.jsonl` files, as PNGs.
 
-    python scripts/plot_training.py drafters OUT.png LABEL=RUN/metrics.jsonl@TOKENS_PER_STEP [LABEL=...] [--title TEXT]
+    python scripts/plot_training.py drafters OUT.png LABEL=RUN/metrics.jsonl@TOKENS_PER_STEP[@START] [LABEL=...] [--title TEXT]
     python scripts/plot_training.py target RUN_DIR/metrics.jsonl OUT.png [--title TEXT] [--target 2.6]
                                     [--summary RUN_DIR/summary.json]
 
@@ -9,7 +9,8 @@ runs. Train records carry cumulative "flops" (the trainer's XLA cost analysis of
 `training/trainer.py` `step_flops`), eval records "eval_tau_mean"; an eval at step s is placed at
 s x FLOPs per step and s x TOKENS_PER_STEP (batch x max_len: the positions a step trains on,
 padding included, the same count for every run; without it the run is left off the tokens panel).
-Also prints the points as JSON.
+START: the steps a fine-tuned run's starting drafter had trained (its points shift by START steps,
+at this run's FLOPs per step). Also prints the points as JSON.
 
 target: a target run's train loss (every logged step, thin, and a 10-record moving mean) and
 validation loss (every evaluation) against tokens seen, with an optional horizontal target line.
@@ -31,13 +32,15 @@ def read_metrics(path: str) -> list[dict]:
     return [json.loads(x) for x in open(path) if x.strip()]
 
 
-def tau_points(path: str) -> list[tuple[float, float, int]]:
-    """[(training FLOPs, eval tau mean, step)] of one drafter run's metrics.jsonl."""
+def tau_points(path: str, start: int = 0) -> list[tuple[float, float, int]]:
+    """[(training FLOPs, eval tau mean, step)] of one drafter run's metrics.jsonl, its steps counted
+    from `start` (a fine-tuned run's starting drafter's steps)."""
     rows = read_metrics(path)
     per_step = [r["flops"] / r["step"] for r in rows if "flops" in r and r.get("step")]
     if not per_step:
         raise ValueError(f"{path}: no record carries 'flops' (a run logged before the trainer counted FLOPs)")
-    return [(r["step"] * per_step[-1], r["eval_tau_mean"], r["step"]) for r in rows if "eval_tau_mean" in r]
+    return [((start + r["step"]) * per_step[-1], r["eval_tau_mean"], start + r["step"])
+            for r in rows if "eval_tau_mean" in r]
 
 
 def plot_drafters(axes, a) -> str:
@@ -45,9 +48,10 @@ def plot_drafters(axes, a) -> str:
     for spec in a.runs:
         label, _, rest = spec.partition("=")
         path, _, per_step = rest.partition("@")
+        per_step, _, start = per_step.partition("@")
         if not path:
-            raise SystemExit(f"expected LABEL=metrics.jsonl[@TOKENS_PER_STEP], got {spec!r}")
-        pts = tau_points(path)
+            raise SystemExit(f"expected LABEL=metrics.jsonl[@TOKENS_PER_STEP[@START]], got {spec!r}")
+        pts = tau_points(path, int(start or 0))
         tokens = int(per_step) if per_step else None
         print(json.dumps({"run": label, "points": [
             {"tflops": round(f / 1e12, 2), "tau": round(t, 3), "step": s,

@@ -24,7 +24,8 @@ LABELS = {"ar": "target-only", "prompt_lookup": "prompt lookup", "assets/drafter
           "assets/drafters/specblock-data": "SpecBlock (data-matched)",
           "assets/drafters/specblock-data-all": "SpecBlock (data-matched, prefix_norm=all)",
           "assets/drafters/specblock": "SpecBlock (compute-matched, ablation)",
-          "assets/drafters/dflash": "DFlash 8", "assets/drafters/blockpilot": "BlockPilot (CPU labels)",
+          "assets/drafters/dflash": "DFlash 8",
+          "assets/drafters/dflash-plateau": "DFlash 8 (trained to the stopping rule)", "assets/drafters/blockpilot": "BlockPilot (CPU labels)",
           "assets/drafters/blockpilot-v5p": "BlockPilot (v5p-priced labels)"}
 DROP = ("token_ids", "texts", "taus", "batch_tokens_per_s")  # the copies stay small
 
@@ -32,6 +33,8 @@ DROP = ("token_ids", "texts", "taus", "batch_tokens_per_s")  # the copies stay s
 def label(method: str) -> str:
     if method.startswith("assets/drafters/dflash:block_size="):
         return f"DFlash {method.rsplit('=', 1)[1]}"
+    if method.startswith("assets/drafters/dflash-plateau:block_size="):
+        return f"DFlash {method.rsplit('=', 1)[1]} (trained to the stopping rule)"
     return LABELS.get(method, method)
 
 
