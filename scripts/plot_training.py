@@ -121,7 +121,7 @@ def main() -> None:
     fig.suptitle(a.title)
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend()
+        ax.legend(fontsize="small", loc="lower right" if a.kind == "drafters" else "best")
     fig.tight_layout()
     fig.savefig(a.out, dpi=120)
     print(f"wrote {a.out}: {what}")

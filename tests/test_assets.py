@@ -41,13 +41,13 @@ def test_shipped_target_matches_transformers_and_generates():
 
 
 @pytest.mark.parametrize("kind,tau_floor", [("eagle3", 2.4), ("specblock", 1.35), ("specblock-data", 2.1),
-                                            ("dflash", 1.3)])
+                                            ("dflash", 1.6)])
 @pytest.mark.slow
 def test_shipped_drafters_are_lossless_on_the_shipped_target(kind, tau_floor):
     """Greedy identity on 6 held-out prompts, and the drafter's mean tau there above a floor set
     below what the shipped weights reach (2026-12-04: EAGLE-3 2.78, SpecBlock 1.51, the data-matched
-    SpecBlock 1.80 (2.46 since its prefix_norm=all retraining, 2026-12-05), DFlash 1.53; an untrained
-    drafter gives about 1.0)."""
+    SpecBlock 1.80 (2.46 since its prefix_norm=all retraining, 2026-12-05), DFlash 1.53 (1.88 since
+    it was trained on to the stopping rule, 2026-12-05); an untrained drafter gives about 1.0)."""
     target = sbj.load_target(ROOT / "assets" / "target")
     drafter = sbj.load_drafter(ROOT / "assets" / "drafters" / kind, target)
     prompts = [json.loads(x)["prompt"] for x in (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:6]]

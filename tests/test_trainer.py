@@ -399,7 +399,8 @@ def test_shipped_configs_parse_and_code_defaults_agree_with_them(kind):
 @pytest.mark.parametrize("path,kind", [("configs/drafters/eagle3-v2.yaml", "eagle3"),
                                        ("configs/drafters/specblock-v2.yaml", "specblock"),
                                        ("configs/drafters/specblock-v2-data.yaml", "specblock"),
-                                       ("configs/drafters/dflash-v2.yaml", "dflash")])
+                                       ("configs/drafters/dflash-v2.yaml", "dflash"),
+                                       ("configs/drafters/dflash-v2-plateau.yaml", "dflash")])
 def test_variant_configs_use_only_known_keys(path, kind):
     """A shipped variant YAML (another target, other budgets) sets only run, trainer and kind keys,
     with values of the right types."""

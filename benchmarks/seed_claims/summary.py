@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/seed_claims/summary.py [outputs/benchmarks/seed_claims] > benchmarks/seed_claims/results.md
     .venv/bin/python benchmarks/seed_claims/summary.py outputs/benchmarks/seed_claims_vpall vpall_ > benchmarks/seed_claims/results_vpall.md
+    .venv/bin/python benchmarks/seed_claims/summary.py outputs/benchmarks/seed_claims2 run2_ > benchmarks/seed_claims/results_run2.md
 
 Reads each prompt set's results.json (written by `specblock-bench`) and prints, per set and per
 (temperature, batch size) group, one row per method with the issue's columns, then the targets
@@ -27,6 +28,9 @@ LABELS = {"ar": "target-only", "prompt_lookup": "prompt lookup", "assets/drafter
           "assets/drafters/dflash": "DFlash 8",
           "assets/drafters/dflash-plateau": "DFlash 8 (trained to the stopping rule)", "assets/drafters/blockpilot": "BlockPilot (CPU labels)",
           "assets/drafters/blockpilot-v5p": "BlockPilot (v5p-priced labels)"}
+# a later run's folders under the same paths: since 2026-12-05 assets/drafters/specblock-data holds the
+# prefix_norm=all retrain (the first run's "specblock-data-all")
+RELABEL = {"run2_": {"assets/drafters/specblock-data": "SpecBlock (data-matched, prefix_norm=all)"}}
 DROP = ("token_ids", "texts", "taus", "batch_tokens_per_s")  # the copies stay small
 
 
@@ -36,6 +40,11 @@ def label(method: str) -> str:
     if method.startswith("assets/drafters/dflash-plateau:block_size="):
         return f"DFlash {method.rsplit('=', 1)[1]} (trained to the stopping rule)"
     return LABELS.get(method, method)
+
+
+def set_tag(tag: str) -> None:
+    """Applies the run `tag`'s relabelling (RELABEL)."""
+    LABELS.update(RELABEL.get(tag, {}))
 
 
 def load(root: Path) -> dict:
@@ -109,9 +118,11 @@ def targets(runs: dict) -> str:
 def main(argv: list[str]) -> None:
     root = Path(argv[0]) if argv else Path("outputs/benchmarks/seed_claims")
     tag = argv[1] if len(argv) > 1 else ""
+    set_tag(tag)
     runs = load(root)
     print("# The seeds' claims: one comparison, measured on this CPU and priced for v5p (issue 40, item 5)\n")
-    print("Made by `sh benchmarks/seed_claims/run.sh` (commands and settings in its header), tables by "
+    script = "run2.sh" if tag == "run2_" else "run.sh"
+    print(f"Made by `sh benchmarks/seed_claims/{script}` (commands and settings in its header), tables by "
           "`python benchmarks/seed_claims/summary.py`. Priced columns are **estimates, not measurements**: "
           "acceptance (tau of the run) from the miniature target here, step costs from the TPU compiler at "
           "Qwen3-8B shapes on v5p:2x2x1 (context 2048 + 128). CPU columns are measured on the 2-core CPU.\n")
