@@ -137,7 +137,7 @@ def markdown(res: dict, table: dict, costs: dict, command: str) -> str:
         f"{datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')}, "
         f"{platform.platform()}: `{command}` (run.sh has every step).", "",
         "**Estimates, not measurements.** tau is measured on this CPU with the miniature target "
-        "(`assets/target`) and the shipped DFlash drafter (greedy, 64 new tokens, per request at "
+        "(`assets/target`) and the DFlash drafter shipped until 2026-12-05 (`configs/drafters/dflash-v2.yaml`; greedy, 64 new tokens, per request at "
         "each size: tau.json); each size's step cost is the TPU compiler's priced DFlash step at "
         f"Qwen3-8B shapes on {src['topology']}, batch {src['batch']}, context {src['context']} "
         f"({src['compiler']}; costs_v5p.json, copied from `{src['file']}` rows "

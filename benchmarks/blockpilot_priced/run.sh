@@ -4,6 +4,9 @@
 # to run on an otherwise idle machine (no training, no tests). From the repository root:
 #   sh benchmarks/blockpilot_priced/run.sh            # steps 1-4
 #   BENCH=1 sh benchmarks/blockpilot_priced/run.sh    # and the bench
+# tau.json was measured with the DFlash drafter shipped until 2026-12-05, which step 1 reads from
+# runs/dflash/dflash-v2/export (specblock-train dflash --config configs/drafters/dflash-v2.yaml);
+# step 5's assets/drafters/dflash is now the drafter trained on to the stopping rule.
 set -e
 B=benchmarks/blockpilot_priced
 # 1. per-request tau at sizes 4-8 (train 1400-1719, held-out 0-199, HumanEval 0-23) -> $B/tau.json
