@@ -305,6 +305,7 @@ def test_a_plateau_stops_the_run_and_survives_a_resume(target, data, tmp_path):
     with pytest.raises(ValueError, match="stop_metric 'missing' is not in the evaluation records"):
         train(BigramTask({}, target), {**cfg, "run_dir": str(tmp_path / "b"), "stop_metric": "missing"},
               factory(data), lambda params: {"score": 1.0})
+    assert [r["step"] for r in log_records(tmp_path / "b")] == [0]  # refused at the start, before training
 
 
 @pytest.mark.slow

@@ -26,7 +26,8 @@ LABELS = {"ar": "target-only", "prompt_lookup": "prompt lookup", "assets/drafter
           "assets/drafters/specblock-data-all": "SpecBlock (data-matched, prefix_norm=all)",
           "assets/drafters/specblock": "SpecBlock (compute-matched, ablation)",
           "assets/drafters/dflash": "DFlash 8",
-          "assets/drafters/dflash-plateau": "DFlash 8 (trained to the stopping rule)", "assets/drafters/blockpilot": "BlockPilot (CPU labels)",
+          "assets/drafters/dflash-plateau": "DFlash 8 (trained to the stopping rule)",
+          "assets/drafters/blockpilot": "BlockPilot (CPU labels)",
           "assets/drafters/blockpilot-v5p": "BlockPilot (v5p-priced labels)"}
 # a later run's folders under the same paths: since 2026-12-05 assets/drafters/specblock-data holds the
 # prefix_norm=all retrain (the first run's "specblock-data-all")

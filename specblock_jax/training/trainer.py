@@ -433,13 +433,16 @@ def train(task: TrainTask, cfg: Mapping[str, Any],
 def _plateaued(cfg: Mapping[str, Any], history: Sequence[Mapping[str, Any]],
                latest: Mapping[str, Any]) -> bool:
     """Whether `latest` evaluation gained less than cfg["stop_min_gain"] (relative) in
-    cfg["stop_metric"] over the last of `history`; False without a rule or an earlier evaluation."""
-    if cfg["stop_min_gain"] is None or not history:
+    cfg["stop_metric"] over the last of `history`; False without a rule or an earlier evaluation.
+    Raises ValueError at the first evaluation that lacks the metric."""
+    if cfg["stop_min_gain"] is None:
         return False
     name = cfg["stop_metric"]
-    if name not in latest or name not in history[-1]:
+    if name not in latest:
         raise ValueError(f"stop_metric {name!r} is not in the evaluation records "
                          f"(they hold {sorted(latest)})")
+    if not history:
+        return False
     before, now = float(history[-1][name]), float(latest[name])
     return now - before < cfg["stop_min_gain"] * abs(before)
 
