@@ -21,7 +21,8 @@ from specblock_jax import _quiet  # noqa: F401  (first: transformers' no-PyTorch
 from specblock_jax import adaptation, decoding, drafters, models, parallel, trees
 
 # Decoding: batched generation, autoregressive or speculative, what it returns, prompt files.
-from specblock_jax.decoding import GenerationResult, GenerationStats, SamplingParams, generate, read_prompts
+from specblock_jax.decoding import GenerationResult, GenerationStats, SamplingParams, generate
+from specblock_jax.training.prompts import read_prompts
 
 # Drafters: folders of any registered kind, loaded with their weights.
 from specblock_jax.drafters.base import LoadedDrafter

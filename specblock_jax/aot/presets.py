@@ -22,7 +22,7 @@ Drafters, as released for an 8B-scale target (/work/shared/METHODS.md, read from
   blockpilot the DFlash drafter drafting at the block size given (its policy MLP runs once per
              request, after the prefill: not a step phase)
   prompt_lookup, ar: no network
-A method may carry ':key=value' decoding overrides (`decoding/methods.py` syntax), e.g.
+A method may carry ':key=value' decoding overrides (`serving/methods.py` syntax), e.g.
 `eagle3:top_k=1:depth=5:num_nodes=6` (a chain of 5), or be a drafter folder (its config.json is
 read, no weights).
 """
@@ -37,12 +37,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.decoding.methods import parse_method
+from specblock_jax.serving.methods import parse_method
 from specblock_jax.drafters.common import abstract_model, config_from_meta
-from specblock_jax.drafters.dflash import DFlashConfig, DFlashDrafter, DFlashModel
-from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Model
-from specblock_jax.drafters.prompt_lookup import PromptLookup
-from specblock_jax.drafters.specblock import SpecBlockConfig, SpecBlockDrafter, SpecBlockModel
+from specblock_jax.drafters.dflash._model import DFlashConfig, DFlashDrafter, DFlashModel
+from specblock_jax.drafters.eagle3._model import Eagle3Config, Eagle3Drafter, Eagle3Model
+from specblock_jax.drafters.prompt_lookup._model import PromptLookup
+from specblock_jax.drafters.specblock._model import SpecBlockConfig, SpecBlockDrafter, SpecBlockModel
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.target import abstract_target
 

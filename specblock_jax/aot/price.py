@@ -37,7 +37,7 @@ from specblock_jax.aot import cost, phases
 from specblock_jax.aot.presets import load_target_config, released_drafter
 from specblock_jax.aot.train import price_train_step
 from specblock_jax.aot.topology import get_topology, topology_mesh
-from specblock_jax.decoding.job import cache_length
+from specblock_jax.models.kv_cache import cache_length
 from specblock_jax.decoding.loop import LoopSpec
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.target import abstract_target

@@ -1,5 +1,5 @@
 """The drafter's train step priced ahead of time: the project's own sharded step (`TrainLayout`
-and `train_step_fn`, parallel/training.py and training/trainer.py) of the drafter kind's training
+and `train_step_fn`, parallel/training.py and trainer/trainer.py) of the drafter kind's training
 task, the frozen target's feature forward included, FSDP + tensor-parallel by the training plan
 (`ShardingPlan(fsdp=True)`), on abstract parameters, optimizer state and batch.
 
@@ -28,7 +28,7 @@ from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.target import Target, abstract_target
 from specblock_jax.parallel.mesh import ShardingPlan
 from specblock_jax.parallel.training import TrainLayout
-from specblock_jax.training.trainer import make_optimizer, train_step_fn, with_defaults
+from specblock_jax.trainer.trainer import make_optimizer, train_step_fn, with_defaults
 
 TRAINABLE = ("eagle3", "specblock", "dflash")
 

@@ -3,8 +3,8 @@ batch's prefill and whole decode loop in one jit (decoding/loop.py).
 
 Every sequence stops on its own (a stop token or its token budget); a static batch's loop ends
 when all its rows have stopped, a stream's rows take the next waiting request (decoding/refill.py).
-`generate` (decoding/generate.py) is the public entry; auto serving (decoding/auto.py) and routing
-(decoding/routed.py) call `decode` for each part of a job.
+`generate` (decoding/generate.py) is the public entry; auto serving (serving/auto.py) and routing
+(serving/routed.py) call `decode` for each part of a job.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
-from specblock_jax.decoding.job import MAX_STOP_TOKENS, DecodeOptions, Request, cache_length, held, length_bucket
+from specblock_jax.decoding.job import MAX_STOP_TOKENS, JobSettings, Request, held
+from specblock_jax.models.kv_cache import cache_length, length_bucket
 from specblock_jax.decoding.loop import LoopSpec
 from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
 from specblock_jax.decoding.refill import Finished, Stream, pack_rows, pow2_at_least
@@ -30,7 +31,7 @@ from specblock_jax.parallel.decoding import DecodeLayout, run_sharded
 OnBatch = Callable[[list[GenerationResult]], None]
 
 
-def decode(target: Target, requests: Sequence[Request], drafter: LoadedDrafter | None, options: DecodeOptions, *,
+def decode(target: Target, requests: Sequence[Request], drafter: LoadedDrafter | None, options: JobSettings, *,
            adapter: Any = None, on_batch: OnBatch | None = None) -> list[GenerationResult]:
     """One result per request, in the order given (request i has index i). drafter None:
     target-only decoding. adapter and on_batch as `generate` takes them."""
@@ -47,7 +48,7 @@ def decode(target: Target, requests: Sequence[Request], drafter: LoadedDrafter |
     return _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch)
 
 
-def _stop_array(options: DecodeOptions) -> jax.Array:
+def _stop_array(options: JobSettings) -> jax.Array:
     """[MAX_STOP_TOKENS] int32 stop ids, -1 padded."""
     return jnp.asarray(list(options.stop_ids) + [-1] * (MAX_STOP_TOKENS - len(options.stop_ids)), jnp.int32)
 

@@ -10,23 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple, Sequence
 
+from specblock_jax.decoding.options import DecodeOptions
+from specblock_jax.decoding.sampling import Sampling, check_temperature
 from specblock_jax.models.target import Target
+from specblock_jax.training.prompts import encode_prompts
 
 MAX_STOP_TOKENS = 8
-MIN_BUCKET = 16
-PROFILES = ("off", "draft", "all")
-
-
-def length_bucket(n: int, minimum: int = MIN_BUCKET) -> int:
-    """Smallest power of two >= n (and >= minimum)."""
-    return max(minimum, 1 << (max(n, 1) - 1).bit_length())
-
-
-def cache_length(prompt_bucket: int, max_new_tokens: int, extra: int = 0) -> int:
-    """Static cache size for a prompt bucket: room for the budget plus `extra` scratch slots,
-    rounded up to a multiple of 64."""
-    need = prompt_bucket + max_new_tokens + extra
-    return -(-need // 64) * 64
 
 
 class Request(NamedTuple):
@@ -45,38 +34,20 @@ def renumber(requests: Sequence[Request], part: Sequence[int], keys: bool = Fals
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class DecodeOptions:
-    """The settings every request of one `generate` call shares (see `generate`)."""
+class JobSettings:
+    """What every request of one call shares, as the decoding functions read it (built by
+    `prepare` from the call's `Sampling`, seed and `DecodeOptions`, which check the values)."""
 
-    top_k: int = 0
-    """Sampling: keep the k most likely tokens (0: all)."""
-    top_p: float = 1.0
-    """Sampling: keep the smallest set of tokens with this much probability."""
-    seed: int = 0
-    """Base of every request's PRNG stream."""
-    stop_ids: tuple[int, ...] = ()
-    """Every stop token (`stop_token_ids`: the config's, the tokenizer's and the caller's)."""
-    batch_size: int | None = None
-    """Rows per compiled batch; None: min(8, requests)."""
+    top_k: int = 0  # the call's Sampling.top_k
+    top_p: float = 1.0  # the call's Sampling.top_p
+    seed: int = 0  # base of every request's PRNG stream
+    stop_ids: tuple[int, ...] = ()  # every stop token (`stop_token_ids`)
+    batch_size: int | None = None  # the rest as `DecodeOptions` has them
     mesh: Any = None
-    """None (one device) or a `jax.sharding.Mesh` / `ShardingPlan` ("data", "model")."""
     profile: str = "off"
-    """How much of a decoding step to time apart: "off", "draft" or "all"."""
     refill: bool | None = None
-    """Continuous batching; None: on for calls larger than one batch, off under a mesh."""
     refill_rows: int = 1
-    """With refill, the loop returns to the host once this many rows are free."""
     queue: int = 0
-    """Requests waiting to be served that the adapter and `auto` count as work still to do, besides
-    the rows in flight: a server holding this many (`held`); 0: every request of the call."""
-
-    def __post_init__(self):
-        if self.profile not in PROFILES:
-            raise ValueError(f"profile must be 'off', 'draft' or 'all', got {self.profile!r}")
-        if self.refill_rows < 1:
-            raise ValueError(f"refill_rows must be >= 1, got {self.refill_rows}")
-        if self.queue < 0:
-            raise ValueError(f"queue must be >= 0 (0: the whole call), got {self.queue}")
 
 
 def held(waiting: Sequence, in_flight: int, queue: int) -> list:
@@ -84,26 +55,6 @@ def held(waiting: Sequence, in_flight: int, queue: int) -> list:
     `waiting` (serving order, the `in_flight` rows first): the first in_flight + queue; all of
     them for queue 0."""
     return list(waiting) if queue == 0 else list(waiting[:in_flight + queue])
-
-
-def encode_prompts(target: Target, prompts: Sequence[str | Sequence[int]]) -> list[list[int]]:
-    """Token ids per prompt; strings need the target's tokenizer. Errors name the prompt index."""
-    ids = []
-    for i, prompt in enumerate(prompts):
-        if isinstance(prompt, str):
-            if target.tokenizer is None:
-                raise ValueError(f"prompt {i}: a text prompt needs a tokenizer; the target has none "
-                                 "(pass token ids instead)")
-            toks = list(target.tokenizer(prompt)["input_ids"])
-        else:
-            toks = [int(t) for t in prompt]
-        if not toks:
-            raise ValueError(f"prompt {i}: empty prompt")
-        bad = [t for t in toks if not 0 <= t < target.config.vocab_size]
-        if bad:
-            raise ValueError(f"prompt {i}: token ids {bad[:5]} outside [0, {target.config.vocab_size})")
-        ids.append(toks)
-    return ids
 
 
 def stop_token_ids(target: Target, extra: Sequence[int] = ()) -> tuple[int, ...]:
@@ -128,6 +79,38 @@ def per_prompt(value, n: int, name: str) -> list:
     return value
 
 
+def prompt_list(prompts) -> list:
+    """The call's prompts as a list: a bare string is one prompt; a sequence of strings or of
+    token-id sequences is taken as is. TypeError for anything else."""
+    if isinstance(prompts, str):
+        return [prompts]
+    if not isinstance(prompts, Sequence) or isinstance(prompts, (bytes, dict)):
+        raise TypeError(f"prompts: expected a string or a list of strings or token-id lists "
+                        f"(got {type(prompts).__name__})")
+    return list(prompts)
+
+
+def prepare(target: Target, prompts, *, sampling: Sampling, max_new_tokens, seed: int,
+            options: DecodeOptions) -> tuple[list[Request], JobSettings]:
+    """The checked requests of one call and the settings they share: the front door's one
+    validation of prompts, budgets and keys (`Sampling` and `DecodeOptions` check themselves)."""
+    if not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling: expected a Sampling (got {type(sampling).__name__})")
+    if not isinstance(options, DecodeOptions):
+        raise TypeError(f"options: expected a DecodeOptions (got {type(options).__name__})")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed: must be an integer (got {seed!r})")
+    prompts = prompt_list(prompts)
+    limit = options.max_cache_len or target.config.max_position_embeddings
+    requests = make_requests(target, prompts, max_new_tokens=max_new_tokens, temperature=sampling.temperature,
+                             key_index=options.key_index, limit=limit)
+    job = JobSettings(top_k=sampling.top_k, top_p=sampling.top_p, seed=seed,
+                      stop_ids=stop_token_ids(target, options.stop_tokens), batch_size=options.batch_size,
+                      mesh=options.mesh, profile=options.profile, refill=options.refill,
+                      refill_rows=options.refill_rows, queue=options.queue)
+    return requests, job
+
+
 def make_requests(target: Target, prompts: Sequence[str | Sequence[int]], *, max_new_tokens, temperature,
                   key_index: Sequence[int] | None, limit: int) -> list[Request]:
     """The call's requests, checked: budgets >= 1, prompt + budget within the cache `limit`;
@@ -138,9 +121,11 @@ def make_requests(target: Target, prompts: Sequence[str | Sequence[int]], *, max
     key_ids = list(range(len(ids))) if key_index is None else [int(k) for k in key_index]
     if len(key_ids) != len(ids):
         raise ValueError(f"key_index: got {len(key_ids)} values for {len(ids)} prompts")
+    for i in range(len(ids)):
+        check_temperature(temps[i], f"prompt {i}: temperature")
     for i, toks in enumerate(ids):
-        if budget[i] < 1:
-            raise ValueError(f"prompt {i}: max_new_tokens must be >= 1, got {budget[i]}")
+        if isinstance(budget[i], bool) or not isinstance(budget[i], int) or budget[i] < 1:
+            raise ValueError(f"prompt {i}: max_new_tokens: must be an integer >= 1 (got {budget[i]!r})")
         if len(toks) + budget[i] > limit:
             raise ValueError(f"prompt {i}: {len(toks)} prompt tokens + max_new_tokens={budget[i]} "
                              f"exceed the cache limit of {limit} tokens")

@@ -33,8 +33,8 @@ class GenerationStats:
     # batched propose + update; None when draft_time_s is
     batch_draft_time_s: float | None = None
     batch_steps: int | None = None  # decoding steps (target forwards) its batch or refill segment ran
-    auto: dict | None = None  # with auto serving (decoding/auto.py): its chunk's decision and measurement
-    # with a routing drafter (decoding/routed.py, e.g. BlockPilot): {"group" (the block size it was
+    auto: dict | None = None  # with auto serving (serving/auto.py): its chunk's decision and measurement
+    # with a routing drafter (serving/routed.py, e.g. BlockPilot): {"group" (the block size it was
     # served at), "chosen" (the size it chose; differs when its batch was packed to a larger one),
     # "route_s" (the group's share of the routing prefill's wall time)}
     route: dict | None = None

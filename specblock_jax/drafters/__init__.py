@@ -6,5 +6,5 @@ adaptation objective; a new kind is one module and one `register(DrafterKind(...
 
 from specblock_jax.drafters import registry
 from specblock_jax.drafters.base import DraftContext, Drafter, LoadedDrafter, Prefill
-from specblock_jax.drafters.prompt_lookup import PromptLookup
+from specblock_jax.drafters.prompt_lookup._model import PromptLookup
 from specblock_jax.drafters.registry import DrafterKind, register

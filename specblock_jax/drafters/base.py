@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol
 
 import jax
 
+from specblock_jax.training.task import TrainTask
 from specblock_jax.trees.tree import DraftTree
 from specblock_jax.trees.verify import VerifyResult
 
@@ -61,3 +62,10 @@ class Drafter(Protocol):
 
     def update(self, params: Any, state: Any, ctx: DraftContext, result: VerifyResult,
                hidden: jax.Array | None) -> Any: ...
+
+
+class DrafterTask(TrainTask, Protocol):
+    """A drafter kind's training (`training/task.py` has the contract): a `TrainTask` whose trained
+    params also decode, for the trainer's tau evaluation."""
+
+    def decoding_drafter(self, params) -> LoadedDrafter: ...  # the Drafter with its decoding params

@@ -1,6 +1,6 @@
 """Drafter folders in the layouts serving engines load: EAGLE-3 (SafeAILab/EAGLE and SGLang),
 `speculators` EAGLE-3 (vLLM), and DFlash (z-lab/dflash's release); SpecBlock's released layout
-lives in drafters/specblock_released.py ("specblock_hf") and is dispatched from here.
+lives in drafters/specblock/_released.py ("specblock_hf") and is dispatched from here.
 
     sbj.save_drafter(drafter, params, "out", format="speculators")   # or "eagle3", "dflash", "specblock_hf"
     drafter, params = sbj.load_drafter("out", target)                # any of them, or ours
@@ -27,7 +27,7 @@ Every field an engine would trip on (vocabulary, widths, auxiliary layers, RoPE,
 residual/norm variants we do not implement, a stored embedding that is not the target's, the chat
 format) is checked at import with an error naming the field. Our own settings (kind, decoding
 settings, chat format) travel in the config's "specblock" entry, which the engines ignore.
-BlockPilot's released policy converts with `specblock-convert blockpilot` (drafters/blockpilot_released.py).
+BlockPilot's released policy converts with `specblock-convert blockpilot` (drafters/blockpilot/_released.py).
 """
 
 from __future__ import annotations
@@ -42,11 +42,18 @@ import numpy as np
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from specblock_jax.drafters import draft_vocab, specblock_released
+from specblock_jax.drafters import draft_vocab
+from specblock_jax.drafters import registry
 from specblock_jax.models.config import RopeConfig
 from specblock_jax.models.hf_io import HFWeight
 
-FORMATS = ("specblock", "eagle3", "speculators", "dflash", specblock_released.FORMAT)
+ENGINE_FORMATS = ("eagle3", "speculators", "dflash")  # the layouts this module reads and writes
+
+
+def formats() -> tuple[str, ...]:
+    """Every layout `save_drafter` writes: ours ("specblock"), the engines' and those the kinds
+    register (`registry.ReleasedFormat`, e.g. SpecBlock's "specblock_hf")."""
+    return ("specblock", *ENGINE_FORMATS, *registry.released_formats())
 EAGLE3_ARCHS = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM")
 SPECULATORS_ARCHS = ("Eagle3Speculator", "Eagle3DraftModel")
 DFLASH_ARCHS = ("DFlashDraftModel",)
@@ -160,8 +167,9 @@ def export(drafter, flat: dict, vocab, path: str | Path, fmt: str, dtype: str = 
     EAGLE-3's d2t/t2d pair assumes (the head's rows follow). max_positions: the target's position
     limit (engines check it); verifier, verifier_architectures: the target's name and HF
     architectures (speculators); chat: the chat format trained on (`ChatFormat.record`)."""
-    if fmt == specblock_released.FORMAT:
-        return specblock_released.export(drafter, flat, vocab, path, dtype, max_positions, chat)
+    released = registry.released_formats()
+    if fmt in released:
+        return released[fmt].export(drafter, flat, vocab, path, dtype, max_positions, chat)
     if fmt == "dflash" and drafter.kind != "dflash" or fmt in ("eagle3", "speculators") and drafter.kind != "eagle3":
         raise ValueError(f"format {fmt!r} holds {'dflash' if fmt == 'dflash' else 'eagle3'} drafters, "
                          f"not {drafter.kind!r} (SpecBlock saves in 'specblock_hf' or 'specblock', "
@@ -189,8 +197,9 @@ def export(drafter, flat: dict, vocab, path: str | Path, fmt: str, dtype: str = 
 
 def detect(hf: dict) -> str | None:
     """The layout of a config.json ("eagle3", "speculators", "dflash", "specblock_hf"), or None."""
-    if specblock_released.is_released(hf):
-        return specblock_released.FORMAT
+    for name, fmt in registry.released_formats().items():
+        if fmt.detect(hf):
+            return name
     archs = set(hf.get("architectures") or [])
     if hf.get("speculators_model_type") == "eagle3" or archs & set(SPECULATORS_ARCHS):
         return "speculators"
@@ -250,9 +259,10 @@ def import_meta(path: Path, hf: dict, tc) -> dict[str, Any]:
     fmt = detect(hf)
     if fmt is None:
         raise ValueError(f"{path}: config.json has no 'kind' and its architectures "
-                         f"{hf.get('architectures')} are not a drafter layout we read ({FORMATS[1:]})")
-    if fmt == specblock_released.FORMAT:
-        return specblock_released.import_meta(path, hf, tc)
+                         f"{hf.get('architectures')} are not a drafter layout we read ({formats()[1:]})")
+    released = registry.released_formats()
+    if fmt in released:
+        return released[fmt].import_meta(path, hf, tc)
     layer = hf.get("transformer_layer_config", hf) if fmt == "speculators" else hf
     _check_widths(path, layer, tc)
     if hf.get("target_hidden_size") not in (None, tc.hidden_size):
@@ -303,8 +313,9 @@ def import_meta(path: Path, hf: dict, tc) -> dict[str, Any]:
 
 def read_weights(path: Path, meta: dict, config, target) -> tuple[dict[str, np.ndarray], Any]:
     """(our flat params, DraftVocab or None) of an engine-layout folder's model.safetensors."""
-    if meta["hf_format"] == specblock_released.FORMAT:
-        return specblock_released.read_weights(path, meta, config, target)
+    released = registry.released_formats()
+    if meta["hf_format"] in released:
+        return released[meta["hf_format"]].read_weights(path, meta, config, target)
     file = path / "model.safetensors"
     if not file.exists():
         raise ValueError(f"{path}: no model.safetensors (convert pytorch_model.bin with "

@@ -60,13 +60,13 @@ def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "b
     (drafters/draft_vocab.py) saved with it. format: "specblock" (ours: every kind) or a serving
     engine's layout for its kind, "eagle3" / "speculators" (EAGLE-3) or "dflash"
     (drafters/hf_format.py; `engine` = max_positions, verifier, chat there), or "specblock_hf" (the
-    public SpecBlock release, drafters/specblock_released.py)."""
+    public SpecBlock release, drafters/specblock/_released.py)."""
     if "draft" in params:
         if vocab is None and "d2t" in params:
             vocab = draft_vocab.DraftVocab(np.asarray(params["d2t"]), np.asarray(params["t2d"]))
         params = params["draft"]
-    if format not in hf_format.FORMATS:
-        raise ValueError(f"format {format!r}: choose from {hf_format.FORMATS}")
+    if format not in hf_format.formats():
+        raise ValueError(f"format {format!r}: choose from {hf_format.formats()}")
     if format != "specblock":
         return hf_format.export(drafter, flatten_params(params), vocab, path, format, dtype, **engine)
     path = Path(path)
@@ -128,15 +128,28 @@ def check_chat(meta: dict, chat: dict[str, Any] | None, where: str) -> None:
 
 def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = None,
                  chat: dict[str, Any] | None = None, **decoding) -> LoadedDrafter:
-    """The drafter with its weights, ready for `sbj.generate(target, ..., drafter=...)`. `decoding` overrides
+    """The drafter with its weights, ready for `sbj.generate(target, ..., drafter=...)`. path: a
+    drafter folder, or the name of a kind with no weights ("prompt_lookup"). `decoding` overrides
     the saved decoding settings (e.g. num_nodes=32, depth=6). `chat`: the chat format prompts are
     served in (`ChatFormat(...).record(tokenizer)`), refused when the drafter recorded another
     (`check_chat`). A folder in a serving engine's layout (EAGLE-3, speculators, DFlash) is
-    imported (`drafters/hf_format.py`)."""
+    imported (`drafters/hf_format.py`). Errors name the folder or file."""
+    name = str(path)
+    if name in registry.kinds() and not registry.get(name).weights and not Path(name).exists():
+        drafter, params = registry.get(name).load(None, {"kind": name, "decoding": {}}, target,
+                                                  dtype or target.config.dtype, decoding)
+        return LoadedDrafter(drafter, params)
     path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such drafter folder")
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path}: not a drafter folder (config.json is missing)")
-    meta = json.loads((path / "config.json").read_text())
+    try:
+        meta = json.loads((path / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path / 'config.json'}: not valid JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path / 'config.json'}: expected a JSON object")
     if "kind" not in meta:
         meta = hf_format.import_meta(path, meta, target.config)
     check_chat(meta, chat, str(path))

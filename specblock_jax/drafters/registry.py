@@ -11,11 +11,10 @@ A kind is the name written as "kind" in a drafter folder's `config.json` ("eagle
         objective=eagle3_objective,    # optional: serving-time adaptation loss (adaptation/objective.py)
     ))
 
-Kinds are found by convention: the entry of kind `k` is registered when its module is imported,
-`specblock_jax.drafters.k_train` for a trainable kind (it imports `specblock_jax.drafters.k`, which
-defines the drafter), else `specblock_jax.drafters.k`. A kind defined outside the package registers
-the same way when its module is imported. Adding a drafter = its module (+ its `_train` module)
-and one `register(...)` call.
+Kinds are found by convention: kind `k` is the package `specblock_jax.drafters.k`, whose
+`__init__.py` makes the one `register(...)` call (its model, training task and formats live in
+`_`-prefixed modules beside it). A kind defined outside the package registers the same way when its
+module is imported. Adding a drafter = one folder and one `register(...)` call.
 """
 
 from __future__ import annotations
@@ -34,6 +33,18 @@ LEGACY_NAMES = {"Eagle3Drafter": "eagle3", "SpecBlockDrafter": "specblock", "DFl
 
 
 @dataclasses.dataclass(frozen=True)
+class ReleasedFormat:
+    """A folder layout of a kind's released checkpoints (besides ours and the engine layouts of
+    drafters/hf_format.py), read by `load_drafter` and written by `save_drafter(format=name)`."""
+
+    name: str
+    detect: Callable[[dict], bool]  # a folder's config.json -> is it this layout
+    import_meta: Callable[..., dict]  # (path, config.json, target config) -> our drafter meta
+    read_weights: Callable[..., tuple]  # (path, meta, config, target) -> (flat params, DraftVocab | None)
+    export: Callable[..., Any]  # (drafter, flat params, vocab, path, dtype, max_positions, chat) -> path
+
+
+@dataclasses.dataclass(frozen=True)
 class DrafterKind:
     """A drafter kind: its folder loader and, when it trains, its training task and adaptation
     objective (see the module docstring for their signatures)."""
@@ -42,6 +53,19 @@ class DrafterKind:
     load: Callable[..., tuple[Any, Any]]
     task: Callable[..., Any] | None = None
     objective: Callable[..., Any] | None = None
+    budget_knob: str | None = None
+    """The decoding setting that sizes a step's draft (e.g. "num_nodes"), which auto serving and
+    calibration vary; None: the kind has none."""
+    grid: dict[str, tuple[int, ...]] | None = None
+    """Calibration's default candidates per decoding knob (serving/calibrate.py); None: the kind
+    is not calibrated."""
+    knob_range: Callable[[Any, str], tuple[int, int]] | None = None
+    """(drafter, knob) -> the [low, high] values calibration may try (None: any positive)."""
+    formats: tuple[ReleasedFormat, ...] = ()
+    """Released layouts the kind reads and writes (see `ReleasedFormat`)."""
+    weights: bool = True
+    """False for a kind with no folder (prompt lookup): `load_drafter(name)` builds it from its
+    name and decoding settings alone (`load` gets path None)."""
 
 
 _KINDS: dict[str, DrafterKind] = {}
@@ -62,11 +86,10 @@ def register(kind: DrafterKind) -> DrafterKind:
 
 
 def _import_kind(name: str) -> None:
-    """Imports the module that registers kind `name` by convention, if there is one."""
-    for module in (f"{PACKAGE}.{name}_train", f"{PACKAGE}.{name}"):
-        if importlib.util.find_spec(module) is not None:
-            importlib.import_module(module)
-            return
+    """Imports the package that registers kind `name` by convention, if there is one."""
+    module = f"{PACKAGE}.{name}"
+    if importlib.util.find_spec(module) is not None:
+        importlib.import_module(module)
 
 
 def get(name: str) -> DrafterKind:
@@ -83,9 +106,15 @@ def kinds(trainable: bool = False) -> list[str]:
     """Every kind name: the package's drafter modules and any registered from elsewhere;
     `trainable` keeps the kinds with a training task."""
     for info in pkgutil.iter_modules(importlib.import_module(PACKAGE).__path__):
-        if not info.name.startswith("_") and info.name not in _KINDS:
-            _import_kind(info.name.removesuffix("_train"))
+        if info.ispkg and not info.name.startswith("_") and info.name not in _KINDS:
+            _import_kind(info.name)
     return sorted(k for k, v in _KINDS.items() if v.task is not None or not trainable)
+
+
+def released_formats() -> dict[str, ReleasedFormat]:
+    """Every registered kind's released formats by name."""
+    kinds()
+    return {f.name: f for kind in _KINDS.values() for f in kind.formats}
 
 
 def kind_of(drafter: Any) -> DrafterKind:

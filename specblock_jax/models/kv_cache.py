@@ -78,3 +78,19 @@ def cache_mask(new_mask: jax.Array, lengths: jax.Array, max_len: int) -> jax.Arr
         axis=2,
     )
     return (slots < lengths[:, None])[:, None, :] | (is_new[:, None, :] & new_part)
+
+
+# Static shapes: prompts are right-padded to a length bucket, caches sized to a multiple of 64.
+MIN_BUCKET = 16
+
+
+def length_bucket(n: int, minimum: int = MIN_BUCKET) -> int:
+    """Smallest power of two >= n (and >= minimum)."""
+    return max(minimum, 1 << (max(n, 1) - 1).bit_length())
+
+
+def cache_length(prompt_bucket: int, max_new_tokens: int, extra: int = 0) -> int:
+    """Static cache size for a prompt bucket: room for the budget plus `extra` scratch slots,
+    rounded up to a multiple of 64."""
+    need = prompt_bucket + max_new_tokens + extra
+    return -(-need // 64) * 64

@@ -2,7 +2,7 @@
 settings.
 
 Everything the trainer trains is a `TrainTask`: the target itself (`training.target_task`), each
-drafter kind (EAGLE-3, SpecBlock, DFlash: `DrafterTask`, whose trained drafter also decodes, for
+drafter kind (EAGLE-3, SpecBlock, DFlash: `drafters.base.DrafterTask`, whose trained drafter also decodes, for
 the tau evaluation) and BlockPilot's policy (`drafters.blockpilot_train`). A drafter kind names
 its task's builder as the `task` of its registry entry (`specblock_jax.drafters.registry`):
 
@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import jax
 
-from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.models.transformer import apply, causal_mask, positions_from_valid
 
 if TYPE_CHECKING:
@@ -64,12 +63,6 @@ class TrainTask(Protocol):
                 ) -> tuple[jax.Array, dict[str, jax.Array]]: ...  # scalar loss, scalar metrics
 
     def export(self, params, out_dir: str) -> dict[str, Any] | None: ...  # the trained model's folder
-
-
-class DrafterTask(TrainTask, Protocol):
-    """A drafter kind's training: a `TrainTask` whose trained params also decode."""
-
-    def decoding_drafter(self, params) -> LoadedDrafter: ...  # the Drafter with its decoding params
 
 
 def frozen_target_outputs(target: "sbj.Target", params, batch: dict[str, jax.Array],

@@ -28,8 +28,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from specblock_jax.drafters.common import FeatureDrafterTask, target_head
-from specblock_jax.drafters.dflash import DFlashConfig, DFlashDrafter, DFlashModel, head_logits, load_dflash
-from specblock_jax.drafters.registry import DrafterKind, register
+from specblock_jax.drafters.dflash._model import DFlashConfig, DFlashDrafter, DFlashModel, head_logits, load_dflash
 from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import positions_from_valid
 from specblock_jax.training.task import frozen_target_outputs, parse_settings
@@ -150,4 +149,3 @@ def dflash_objective(drafter, params, hidden, tokens, loss_mask, valid, key, dep
     return loss, metrics["tau_est"]
 
 
-register(DrafterKind("dflash", load=load_dflash, task=DFlashTask, objective=dflash_objective))

@@ -34,11 +34,13 @@ import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.decode import OnBatch, decode
-from specblock_jax.decoding.job import DecodeOptions, Request, length_bucket, renumber
+from specblock_jax.decoding.job import JobSettings, Request, prepare, renumber
+from specblock_jax.decoding.options import DEFAULTS, DecodeOptions
+from specblock_jax.models.kv_cache import length_bucket
 from specblock_jax.decoding.loop import LoopSpec
 from specblock_jax.decoding.prefill import LoopInputs, prefill
 from specblock_jax.decoding.results import GenerationResult
-from specblock_jax.decoding.sampling import SamplingParams
+from specblock_jax.decoding.sampling import GREEDY, Sampling, SamplingParams
 from specblock_jax.drafters.base import LoadedDrafter
 
 
@@ -133,7 +135,23 @@ def pack_groups(groups: list[int], lengths: Sequence[int], batch_size: int, pack
     return out
 
 
-def serve(target, requests: Sequence[Request], drafter: LoadedDrafter | None, options: DecodeOptions, *,
+def generate_routed(target, prompts, router: LoadedDrafter, *, sampling: Sampling = GREEDY,
+                    max_new_tokens: int | Sequence[int] = 256, seed: int = 0, options: DecodeOptions = DEFAULTS,
+                    on_batch: OnBatch | None = None) -> list[GenerationResult]:
+    """`sbj.generate`'s call with each prompt routed by `router` (a routing drafter, e.g.
+    BlockPilot's) to the drafter of its group; one result per prompt, in order, each with
+    `stats.route`. On one device; under a mesh the router decodes as one drafter."""
+    if not isinstance(router, LoadedDrafter) or not is_routing(router.drafter):
+        raise TypeError("router: expected a LoadedDrafter of a routing drafter (one with `route` and "
+                        f"`for_group`, e.g. BlockPilot), got {type(getattr(router, 'drafter', router)).__name__}")
+    requests, job = prepare(target, prompts, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
+                            options=options)
+    if not requests:
+        return []
+    return serve(target, requests, router, job, on_batch=on_batch)
+
+
+def serve(target, requests: Sequence[Request], drafter: LoadedDrafter | None, options: JobSettings, *,
           adapter: Any = None, on_batch: OnBatch | None = None) -> list[GenerationResult]:
     """`decode`, or `serve_routed` for a routing drafter on one device without an adapter (under
     a mesh or with an adapter a routing drafter decodes as one drafter)."""
@@ -142,7 +160,7 @@ def serve(target, requests: Sequence[Request], drafter: LoadedDrafter | None, op
     return decode(target, requests, drafter, options, adapter=adapter, on_batch=on_batch)
 
 
-def serve_routed(target, requests: Sequence[Request], drafter: LoadedDrafter, options: DecodeOptions,
+def serve_routed(target, requests: Sequence[Request], drafter: LoadedDrafter, options: JobSettings,
                  on_batch: OnBatch | None = None) -> list[GenerationResult]:
     """The requests of a routing drafter (module docstring), each group through `decode` with
     its own drafter; results in the requests' order."""

@@ -8,6 +8,7 @@ that is followed by a full proposal (num_nodes - 1 tokens), else the most recent
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,7 @@ from specblock_jax.trees.verify import VerifyResult
 
 @dataclasses.dataclass(frozen=True)
 class PromptLookup:
+    kind: ClassVar[str] = "prompt_lookup"
     num_nodes: int = 8  # root + up to 7 proposed tokens
     max_ngram: int = 3
     min_ngram: int = 1

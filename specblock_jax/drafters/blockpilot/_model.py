@@ -10,10 +10,10 @@ Linear(F -> W) -> ReLU -> [Linear(W -> W) + residual -> ReLU] -> Linear(W -> C) 
 candidate sizes (`sizes`, e.g. 14..18), trained with cross-entropy on oracle labels
 (`blockpilot_train.BlockPilotTask`, which registers the kind). With `residual` "post_relu" the
 middle block is [ReLU(Linear(W -> W)) + residual], as in BlockPilot's released MLP
-(drafters/blockpilot_released.py).
+(drafters/blockpilot/_released.py).
 
 `BlockPilotDrafter` wraps a `DFlashDrafter` whose static block size is max(sizes). Served by
-`sbj.generate` (one device, no adapter, `masked` False), it is a routing drafter (decoding/routed.py): each request
+`sbj.generate` (one device, no adapter, `masked` False), it is a routing drafter (serving/routed.py): each request
 is routed to its chosen size after a prefill (`route`), and every size's requests are decoded by a
 DFlash drafter of exactly that block size (`for_group`), so a size-b request drafts and verifies b
 nodes. At batch > 1 (`pack`, the default) each batch of similar-length requests is served at the
@@ -43,7 +43,7 @@ from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from specblock_jax.drafters.base import LoadedDrafter
-from specblock_jax.drafters.dflash import DFlashDrafter
+from specblock_jax.drafters.dflash._model import DFlashDrafter
 from specblock_jax.drafters.io import fill_params, flatten_params, load_drafter
 
 FEATURE_KINDS = ("topk", "full", "logits")

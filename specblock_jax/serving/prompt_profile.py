@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from specblock_jax.decoding.job import cache_length, length_bucket
+from specblock_jax.models.kv_cache import cache_length, length_bucket
 from specblock_jax.decoding.loop import LoopSpec
 from specblock_jax.decoding.step_profile import default_inputs, step_profile
 

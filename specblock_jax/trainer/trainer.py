@@ -50,7 +50,8 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from specblock_jax import parallel
 from specblock_jax.parallel.training import TrainLayout
-from specblock_jax.training.task import DrafterTask, TrainTask
+from specblock_jax.drafters.base import DrafterTask
+from specblock_jax.training.task import TrainTask
 
 # Keys `train` reads from cfg, with their defaults (configs/drafters/README.md describes them).
 TRAINER_DEFAULTS: dict[str, Any] = {

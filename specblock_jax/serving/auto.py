@@ -1,13 +1,12 @@
 """Serving that is never slower than target-only: measure as the job runs, serve with the fastest.
 
-    auto = sbj.decoding.AutoServe(drafter, budgets=(8, 16))      # or --method auto:DRAFTER_DIR
-    results = sbj.generate(target, prompts, drafter=auto, batch_size=8)
+    auto = sbj.serving.AutoServe(drafter, budgets=(8, 16))      # or --method auto:DRAFTER_DIR
+    results = auto.generate(target, prompts, options=sbj.DecodeOptions(batch_size=8))
     auto.events                                                 # one event per chunk
 
 The options are target-only decoding ("ar") and speculation with the drafter at each tree budget
-(the kind's budget knob: `num_nodes` for EAGLE-3, SpecBlock and prompt lookup, `block_size` for
-DFlash; a kind without one, e.g. BlockPilot, is the single option "spec"). `serve` (what
-`generate` calls with an AutoServe) decodes the job in chunks of requests (`chunk`, default two
+(the kind's `budget_knob` in its registry entry, e.g. `num_nodes` for a tree drafter; a kind
+without one is the single option "spec"). `serve` (what `AutoServe.generate` calls) decodes the job in chunks of requests (`chunk`, default two
 batches), greedy and sampled requests apart (a temperature regime each: speculation pays very
 differently in the two). Every measurement is kept under its chunk's attention bucket
 (`length_bucket` of the chunk's longest prompt: the prompt bucket its decode loops size their
@@ -33,7 +32,7 @@ bucket. Each chunk's option is chosen by `choose`:
      chunks from now is brought to `recheck_every` chunks and its wait starts over (the speeds it
      was ranked on may no longer hold). Near the end of the queue (fewer than `recheck_every`
      chunks of the call's requests after it) a re-check is skipped. Like a server, it counts only
-     the requests it holds: the call's, or with `generate(queue=N)` the chunk's and the next N
+     the requests it holds: the call's, or with `DecodeOptions(queue=N)` the chunk's and the next N
      waiting (a window under `recheck_every` chunks leaves no room for re-checks).
 Probes: an exploration or re-check of option X costs a probe, not a chunk, when another option B
 is the bucket's fastest (or, with none measured there, the fastest overall) and a request of the
@@ -66,14 +65,15 @@ from typing import Any, NamedTuple, Sequence
 import jax
 
 from specblock_jax.decoding.decode import OnBatch
-from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
-from specblock_jax.decoding.job import MIN_BUCKET, DecodeOptions, Request, held, length_bucket
+from specblock_jax.decoding.job import JobSettings, Request, held, prepare
+from specblock_jax.decoding.options import DEFAULTS, DecodeOptions
 from specblock_jax.decoding.results import GenerationResult
-from specblock_jax.decoding.routed import serve
+from specblock_jax.decoding.sampling import GREEDY, Sampling
+from specblock_jax.drafters import registry
 from specblock_jax.drafters.base import LoadedDrafter
+from specblock_jax.models.kv_cache import MIN_BUCKET, length_bucket
+from specblock_jax.serving.routed import serve
 
-BUDGET_KNOB = {"eagle3": "num_nodes", "specblock": "num_nodes", "prompt_lookup": "num_nodes",
-               "dflash": "block_size", "blockpilot": None}
 REGIMES = ("greedy", "sampled")
 
 
@@ -101,11 +101,10 @@ class Segment(NamedTuple):
 @dataclasses.dataclass
 class AutoServe:
     """Auto serving state for one drafter; reusable across `generate` calls (what it has measured
-    carries over). drafter: a `LoadedDrafter`, a Drafter or "prompt_lookup"; budgets: tree budgets to
-    try (the drafter's own is always one; None: its own and half of it); chunk: requests per
+    carries over). drafter: a `LoadedDrafter`; budgets: tree budgets to try (the drafter's own is always one; None: its own and half of it); chunk: requests per
     decision (0 = two batches)."""
 
-    drafter: Any
+    drafter: LoadedDrafter
     budgets: tuple[int, ...] | None = ()
     chunk: int = 0
     recheck_every: int = 6
@@ -121,12 +120,13 @@ class AutoServe:
     chunks: dict[str, int] = dataclasses.field(default_factory=dict)  # per regime, chunks served
 
     def __post_init__(self):
-        self.loaded = resolve_drafter(self.drafter)
+        if not isinstance(self.drafter, LoadedDrafter):
+            raise TypeError(f"auto: drafter: expected a LoadedDrafter (got {type(self.drafter).__name__})")
+        self.loaded = self.drafter
         d = self.loaded.drafter
-        kind = drafter_kind(d)
-        knob = BUDGET_KNOB.get(kind)
+        knob = registry.kind_of(d).budget_knob
         if self.budgets and knob is None:
-            raise ValueError(f"auto: a {kind} drafter has no tree budget to vary; give no budgets")
+            raise ValueError(f"auto: a {d.kind} drafter has no tree budget to vary; give no budgets")
         self.knob = knob
         own = int(getattr(d, knob)) if knob else 0
         if self.budgets is None:
@@ -147,7 +147,19 @@ class AutoServe:
             d = dataclasses.replace(d, **{self.knob: option})
         return LoadedDrafter(d, params)
 
-    def serve(self, target, requests: Sequence[Request], options: DecodeOptions,
+    def generate(self, target, prompts, *, sampling: Sampling = GREEDY, max_new_tokens: int | Sequence[int] = 256,
+                 seed: int = 0, options: DecodeOptions = DEFAULTS,
+                 on_batch: OnBatch | None = None) -> list[GenerationResult]:
+        """`sbj.generate`'s call served by auto serving: one result per prompt, in order; each
+        result's `stats.auto` is its chunk's event. Chunks draw their own sampling keys, so
+        `options.key_index` is refused."""
+        if options.key_index is not None:
+            raise ValueError("options: key_index: auto serving draws each chunk's keys itself; it takes none")
+        requests, job = prepare(target, prompts, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
+                                options=options)
+        return self.serve(target, requests, job, on_batch) if requests else []
+
+    def serve(self, target, requests: Sequence[Request], options: JobSettings,
               on_batch: OnBatch | None = None) -> list[GenerationResult]:
         """The requests in chunks per temperature regime, each decoded by the option `choose`
         picks (by a probe, then the fastest, for an exploration or re-check) and measured (module
@@ -195,7 +207,7 @@ class AutoServe:
                     on_batch([results[i] for i in part])
         return results  # type: ignore[return-value]
 
-    def _segments(self, target, chunk: list[Request], plan, key, options: DecodeOptions, bsz: int, regime: str,
+    def _segments(self, target, chunk: list[Request], plan, key, options: JobSettings, bsz: int, regime: str,
                   profiled: set) -> tuple[list[list[GenerationResult]], list[Segment]]:
         """Decodes the chunk segment by segment (`plan`: (option, new-token cap per request or None)),
         each segment on the requests still unfinished, from prompt + their tokens so far. Returns

@@ -34,7 +34,7 @@ from specblock_jax.models import (ModelConfig, RopeConfig, Target, abstract_targ
                                   init_target, load_target, load_tokenizer, save_target)
 from specblock_jax.training import lm_data
 from specblock_jax.training.task import parse_settings
-from specblock_jax.training.trainer import TRAINER_DEFAULTS
+from specblock_jax.trainer.trainer import TRAINER_DEFAULTS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,8 +33,7 @@ from flax import nnx
 
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, vocab_arrays
-from specblock_jax.drafters.registry import DrafterKind, register
-from specblock_jax.drafters.specblock import (SpecBlockConfig, SpecBlockDecoding, SpecBlockDrafter, SpecBlockModel,
+from specblock_jax.drafters.specblock._model import (SpecBlockConfig, SpecBlockDecoding, SpecBlockDrafter, SpecBlockModel,
                                               block_mask, load_specblock)
 from specblock_jax.models.target import Target
 from specblock_jax.trees.rank_tree import rank_class
@@ -295,4 +294,3 @@ def specblock_objective(drafter, params, hidden, tokens, loss_mask, valid, key, 
     return loss, chain_tau(jnp.stack(acc))
 
 
-register(DrafterKind("specblock", load=load_specblock, task=SpecBlockTask, objective=specblock_objective))

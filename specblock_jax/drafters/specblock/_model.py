@@ -52,7 +52,7 @@ class SpecBlockConfig(TargetWidths):
     layer_shift: bool = True
     rank_hidden: int = 256
     rank_top1: str = "vocab"  # the rank feature "top-1 probability" over the "vocab" or the "top20"
-    #                           logits (the public code's, drafters/specblock_released.py)
+    #                           logits (the public code's, drafters/specblock/_released.py)
 
     def __post_init__(self):
         if self.rank_top1 not in ("vocab", "top20"):

@@ -29,57 +29,54 @@ import numpy as np
 from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.generate import generate
 from specblock_jax.decoding.step_profile import median_seconds
-from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
+from specblock_jax.decoding.options import DecodeOptions
+from specblock_jax.decoding.sampling import Sampling
+from specblock_jax.drafters import registry
 from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import apply
 
-GRIDS: dict[str, dict[str, tuple[int, ...]]] = {  # default candidates per kind and knob
-    "eagle3": {"num_nodes": (8, 16, 32), "depth": (3, 5, 7)},
-    "specblock": {"num_nodes": (8, 16, 32), "max_blocks": (2, 3)},
-    "dflash": {"block_size": (4, 8, 16)},
-    "prompt_lookup": {"num_nodes": (4, 8, 16)},
-}
+def _kind(drafter) -> registry.DrafterKind:
+    kind = registry.kind_of(drafter)
+    if kind.grid is None:
+        calibrated = [k for k in registry.kinds() if registry.get(k).grid is not None]
+        raise ValueError(f"calibrate: a {kind.name!r} drafter has no tree-shape knobs to calibrate "
+                         f"(calibrated kinds: {calibrated})")
+    return kind
 
 
-def _trained_block_size(drafter) -> int:
-    return int(drafter.config.block_size)
+def _allowed(drafter, kind: registry.DrafterKind, knob: str) -> tuple[int, int]:
+    """The [low, high] range of a knob's values for this drafter (the kind's `knob_range`)."""
+    return kind.knob_range(drafter, knob) if kind.knob_range is not None else (1, 1 << 30)
 
 
 def default_grid(drafter) -> dict[str, tuple[int, ...]]:
-    """The kind's default candidates (GRIDS) merged with the drafter's current setting; DFlash
-    sizes are capped at its trained block size."""
-    kind = drafter_kind(drafter)
-    if kind not in GRIDS:
-        raise ValueError(f"calibrate: a {kind!r} drafter has no tree-shape knobs to calibrate "
-                         f"(calibrated kinds: {sorted(GRIDS)})")
+    """The kind's default candidates (its registry entry's `grid`) merged with the drafter's current
+    setting, within the kind's `knob_range` (e.g. DFlash sizes up to its trained block size)."""
+    kind = _kind(drafter)
     grid = {}
-    for knob, values in GRIDS[kind].items():
-        values = set(values) | {int(getattr(drafter, knob))}
-        if kind == "dflash":
-            values = {v for v in values if 2 <= v <= _trained_block_size(drafter)}
+    for knob, values in kind.grid.items():
+        low, high = _allowed(drafter, kind, knob)
+        values = {v for v in set(values) | {int(getattr(drafter, knob))} if low <= v <= high}
         grid[knob] = tuple(sorted(values))
     return grid
 
 
 def check_grid(drafter, grid: dict[str, Sequence[int]]) -> dict[str, tuple[int, ...]]:
     """ValueError unless every knob belongs to the drafter's kind and every value is allowed."""
-    kind = drafter_kind(drafter)
-    if kind not in GRIDS:
-        default_grid(drafter)  # raises with the reason
-    allowed = set(GRIDS[kind])
-    bad = set(grid) - allowed
+    kind = _kind(drafter)
+    bad = set(grid) - set(kind.grid)
     if bad or not grid:
-        raise ValueError(f"calibrate: a {kind} drafter's knobs are {sorted(allowed)}, got {sorted(grid)}")
+        raise ValueError(f"calibrate: a {kind.name} drafter's knobs are {sorted(kind.grid)}, got {sorted(grid)}")
     out = {}
     for knob, values in grid.items():
         values = tuple(int(v) for v in values)
         if not values or min(values) < 1:
             raise ValueError(f"calibrate: {knob} needs positive values, got {values}")
-        if kind == "dflash" and not all(2 <= v <= _trained_block_size(drafter) for v in values):
-            raise ValueError(f"calibrate: DFlash block_size must be in [2, {_trained_block_size(drafter)}] "
-                             f"(its trained block size), got {values}")
+        low, high = _allowed(drafter, kind, knob)
+        if not all(low <= v <= high for v in values):
+            raise ValueError(f"calibrate: a {kind.name} drafter's {knob} must be in [{low}, {high}], got {values}")
         out[knob] = values
     return out
 
@@ -101,7 +98,7 @@ def verify_seconds(target: Target, num_nodes: int, context: int = 256, reps: int
     return median_seconds(fn, target.params, cache, reps=reps)
 
 
-def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Sequence[int]] | None = None, *,
+def calibrate(target: Target, loaded: LoadedDrafter, prompts: Sequence, grid: dict[str, Sequence[int]] | None = None, *,
               max_new_tokens: int = 64, batch_size: int = 1, temperature: float = 0.0, seed: int = 0,
               verify_timing: bool = True, draft_timing: bool = False) -> dict:
     """Decodes `prompts` with the drafter at every setting of `grid` (default `default_grid`) and
@@ -111,25 +108,21 @@ def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Se
          "verify_ms": {N: ms of a target forward over N tokens, for N = 1 and every node budget}
                       ({} without verify_timing),
          "calibrate_s": wall time of the whole calibration, compilation included}.
-    bundle: what `generate` takes as a drafter ("prompt_lookup", a Drafter or a LoadedDrafter).
     tokens_per_s: new tokens / decode-loop wall time over the prompts (compilation excluded), at
     `batch_size` and `temperature`; the best setting has the highest. tau: mean over prompts.
     draft_ms_per_token (with draft_timing; each setting's propose and update are then compiled and
     timed apart too): estimated drafting time (propose + update) per new token. The candidates'
     executables are released once measured (the chosen setting compiles again where it is used).
-    The result is JSON data; `with_setting(bundle, result["best"])` gives the calibrated drafter."""
+    The result is JSON data; `with_setting(loaded, result["best"])` gives the calibrated drafter."""
     start = time.perf_counter()
-    spec = resolve_drafter(bundle)
-    if spec is None:
-        raise ValueError("calibrate: target-only decoding has no tree to calibrate")
-    drafter, params = spec
+    drafter, params = loaded
     grid = check_grid(drafter, grid) if grid is not None else default_grid(drafter)
     table = []
     for setting in settings(grid):
         candidate = LoadedDrafter(dataclasses.replace(drafter, **setting), params)
         mark = cached_count()
-        res = generate(target, prompts, drafter=candidate, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                       temperature=temperature, seed=seed, profile="draft" if draft_timing else "off")
+        res = generate(target, prompts, drafter=candidate, sampling=Sampling(temperature), max_new_tokens=max_new_tokens,
+                       seed=seed, options=DecodeOptions(batch_size=batch_size, profile="draft" if draft_timing else "off"))
         release(mark)  # a candidate's executables are one-off: XLA:CPU runs out of code memory otherwise
         walls = {r.stats.batch: r.stats.total_time_s for r in res}  # one loop wall time per batch
         drafts = {r.stats.batch: r.stats.batch_draft_time_s or 0.0 for r in res}
@@ -143,13 +136,10 @@ def calibrate(target: Target, bundle: Any, prompts: Sequence, grid: dict[str, Se
     best = {k: best_row[k] for k in grid}
     node_counts = sorted({1, *(dataclasses.replace(drafter, **s).num_nodes for s in settings(grid))})
     verify_ms = {n: 1000 * verify_seconds(target, n) for n in node_counts} if verify_timing else {}
-    return {"kind": drafter_kind(drafter), "knobs": list(grid), "best": best, "table": table,
+    return {"kind": drafter.kind, "knobs": list(grid), "best": best, "table": table,
             "verify_ms": verify_ms, "calibrate_s": time.perf_counter() - start}
 
 
-def with_setting(bundle: Any, setting: dict[str, int]) -> LoadedDrafter:
-    """The drafter with `setting` applied, with its params, for any bundle `generate` takes."""
-    spec = resolve_drafter(bundle)
-    if spec is None:
-        raise ValueError("calibrate: target-only decoding has no tree setting")
-    return LoadedDrafter(dataclasses.replace(spec.drafter, **setting), spec.params)
+def with_setting(loaded: LoadedDrafter, setting: dict[str, int]) -> LoadedDrafter:
+    """The drafter with `setting` applied, with its params."""
+    return LoadedDrafter(dataclasses.replace(loaded.drafter, **setting), loaded.params)

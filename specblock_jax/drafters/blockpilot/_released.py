@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specblock_jax.drafters.blockpilot import PolicyConfig
+from specblock_jax.drafters.blockpilot._model import PolicyConfig
 
 FIRST_SIZE = 14  # utils/predict.py: block = argmax + 14
 DTYPE = "bfloat16"  # the release's dtype (predict.py runs the MLP in it)

@@ -21,8 +21,7 @@ from flax import nnx
 
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, vocab_arrays
-from specblock_jax.drafters.eagle3 import Eagle3Config, Eagle3Drafter, Eagle3Model, load_eagle3
-from specblock_jax.drafters.registry import DrafterKind, register
+from specblock_jax.drafters.eagle3._model import Eagle3Config, Eagle3Drafter, Eagle3Model, load_eagle3
 from specblock_jax.models.attention import attend
 from specblock_jax.models.layers import rope_cos_sin
 from specblock_jax.models.target import Target
@@ -121,4 +120,3 @@ def eagle3_objective(drafter, params, hidden, tokens, loss_mask, valid, key, dep
     return loss, chain_tau(jnp.stack([metrics[f"acc_{j}"] for j in range(steps)]))
 
 
-register(DrafterKind("eagle3", load=load_eagle3, task=Eagle3Task, objective=eagle3_objective))

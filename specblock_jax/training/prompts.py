@@ -12,8 +12,10 @@ One record a line: `{"id", "prompt"}`, optionally with a per-record `max_new_tok
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from specblock_jax.jsonl import parse_lines
+from specblock_jax.models.target import Target
 
 
 def read_prompts(path: Path, conversations: bool = False) -> tuple[list[dict], list[dict]]:
@@ -62,3 +64,23 @@ def _optional_number(rec: dict, name: str, kind) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool) and value >= 1
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+
+
+def encode_prompts(target: Target, prompts: Sequence[str | Sequence[int]]) -> list[list[int]]:
+    """Token ids per prompt; strings need the target's tokenizer. Errors name the prompt index."""
+    ids = []
+    for i, prompt in enumerate(prompts):
+        if isinstance(prompt, str):
+            if target.tokenizer is None:
+                raise ValueError(f"prompt {i}: a text prompt needs a tokenizer; the target has none "
+                                 "(pass token ids instead)")
+            toks = list(target.tokenizer(prompt)["input_ids"])
+        else:
+            toks = [int(t) for t in prompt]
+        if not toks:
+            raise ValueError(f"prompt {i}: empty prompt")
+        bad = [t for t in toks if not 0 <= t < target.config.vocab_size]
+        if bad:
+            raise ValueError(f"prompt {i}: token ids {bad[:5]} outside [0, {target.config.vocab_size})")
+        ids.append(toks)
+    return ids

@@ -4,7 +4,7 @@
     task = BlockPilotTask(settings, target, data, heldout)
     summary = trainer.train(task, cfg, task.batches, task.evaluate)
 
-A `TrainTask` of the one trainer (training/trainer.py), full-batch: every step sees all the
+A `TrainTask` of the one trainer (trainer/trainer.py), full-batch: every step sees all the
 training prompts. Inputs: features x [n, F] of the target's next-token distribution after each
 prompt (`blockpilot.features`), standardised by the training set's mean and std (frozen, stored
 with the policy); labels y [n], the index in `sizes` of each prompt's oracle block size; tau
@@ -28,10 +28,10 @@ import numpy as np
 import optax
 from flax import nnx
 
-from specblock_jax.decoding.job import encode_prompts, length_bucket
-from specblock_jax.drafters.blockpilot import (PolicyConfig, features, init_policy, load_blockpilot,
+from specblock_jax.training.prompts import encode_prompts
+from specblock_jax.models.kv_cache import length_bucket
+from specblock_jax.drafters.blockpilot._model import (PolicyConfig, features, init_policy, load_blockpilot,
                                                save_blockpilot)
-from specblock_jax.drafters.registry import DrafterKind, register
 from specblock_jax.models.target import Target, forward
 from specblock_jax.training.task import parse_settings
 
@@ -173,4 +173,3 @@ class BlockPilotTask:
         return report
 
 
-register(DrafterKind("blockpilot", load=load_blockpilot, task=BlockPilotTask))

@@ -1,0 +1,19 @@
+"""DFlash-style block-diffusion drafter: one forward drafts a block of B - 1 tokens from
+[last token, MASK x (B - 1)] with the target's context features injected as keys and values.
+
+The kind "dflash": `_model.py` (model, decoding drafter, loader), `_train.py` (training task and
+adaptation objective)."""
+
+from specblock_jax.drafters.dflash._model import DFlashConfig, DFlashDrafter, DFlashModel, load_dflash
+from specblock_jax.drafters.dflash._train import DFlashTask, DFlashTrainConfig, dflash_objective
+from specblock_jax.drafters.registry import DrafterKind, register
+
+
+def block_sizes(drafter: DFlashDrafter, knob: str) -> tuple[int, int]:
+    """Calibration's block sizes: 2 up to the size the drafter was trained at."""
+    return 2, int(drafter.config.block_size)
+
+
+KIND = register(DrafterKind("dflash", load=load_dflash, task=DFlashTask, objective=dflash_objective,
+                         budget_knob="block_size",
+                         grid={"block_size": (4, 8, 16)}, knob_range=block_sizes))

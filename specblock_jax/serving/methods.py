@@ -1,0 +1,137 @@
+"""Decoding methods by name, as the command-line tools take them: 'ar', a drafter kind without a
+folder ('prompt_lookup') or a drafter folder, with ':key=value' overrides, or 'auto:' before one.
+
+    m = resolve_method("auto:assets/drafters/eagle3", target)   # a Method served by an AutoServe
+    m = resolve_method("assets/drafters/specblock:rank_tree=false:num_nodes=24", target)
+    results = m.generate(target, prompts, max_new_tokens=64)    # the entry point that serves it
+    split_adapt("assets/drafters/eagle3:adapt.cost_scale=0")   # -> (method, "cost_scale=0")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from specblock_jax.decoding.generate import generate
+from specblock_jax.decoding.options import DEFAULTS
+from specblock_jax.drafters import registry
+from specblock_jax.drafters.base import LoadedDrafter
+from specblock_jax.drafters.io import load_drafter
+from specblock_jax.serving.auto import AutoServe
+from specblock_jax.serving.routed import generate_routed, is_routing
+
+
+@dataclasses.dataclass
+class Method:
+    """A resolved method: the drafter that serves it (None: target-only) and, for 'auto:', the
+    `AutoServe` that chooses per chunk. `generate` calls the entry point that serves it:
+    `AutoServe.generate`, `generate_routed` for a routing drafter (on one device, without an
+    adapter; otherwise the router decodes as one drafter), else `sbj.generate`."""
+
+    name: str
+    drafter: LoadedDrafter | None
+    auto: AutoServe | None = None
+
+    @property
+    def kind(self) -> str:
+        """"ar" for target-only decoding, else the drafter's registry kind."""
+        return "ar" if self.drafter is None else self.drafter.drafter.kind
+
+    def generate(self, target, prompts, *, adapter=None, **settings):
+        """One result per prompt; `settings` as `sbj.generate` takes them (sampling,
+        max_new_tokens, seed, options, on_batch)."""
+        if self.auto is not None:
+            if adapter is not None:
+                raise ValueError("auto: serving-time adaptation does not combine with auto serving yet")
+            return self.auto.generate(target, prompts, **settings)
+        options = settings.get("options", DEFAULTS)
+        if (self.drafter is not None and is_routing(self.drafter.drafter) and adapter is None
+                and options.mesh is None):
+            return generate_routed(target, prompts, self.drafter, **settings)
+        return generate(target, prompts, self.drafter, adapter=adapter, **settings)
+
+
+def _weightless_kinds() -> tuple[str, ...]:
+    return tuple(k for k in registry.kinds() if not registry.get(k).weights)
+
+
+def parse_method(method: str) -> tuple[str, dict]:
+    """'NAME[:key=value[:key=value...]]' -> (NAME, decoding overrides). NAME is ar, prompt_lookup
+    or a drafter folder; values parse as int, float, true/false or text, e.g.
+    'assets/drafters/specblock:rank_tree=false:num_nodes=24'. ValueError on a malformed pair."""
+    base, *pairs = method.split(":")
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"method {method!r}: {pair!r} is not key=value")
+        overrides[key] = _parse_value(raw)
+    return base, overrides
+
+
+def _parse_value(raw: str) -> Any:
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    for cast in (int, float):
+        try:
+            return cast(raw)
+        except ValueError:
+            pass
+    return raw
+
+
+AUTO = "auto:"  # 'auto:METHOD' serves METHOD or target-only, whichever is faster (serving/auto.py)
+
+
+def check_method(method: str) -> None:
+    """ValueError unless `method` names ar, prompt_lookup or a drafter folder (no file is read
+    but the folder's config.json existence), or is 'auto:' followed by prompt_lookup or a folder."""
+    if method.startswith(AUTO):
+        method = method[len(AUTO):]
+        if parse_method(method)[0] == "ar":
+            raise ValueError("auto: needs a drafter method to weigh against target-only decoding")
+    base, overrides = parse_method(method)
+    builtin = ("ar", *_weightless_kinds())
+    if base not in builtin and not (Path(base) / "config.json").exists():
+        where = f"{base}: no config.json there" if Path(base).is_dir() else f"{base}: no such drafter folder"
+        raise ValueError(f"method {method!r}: {where}; expected one of {builtin} or a drafter folder, "
+                         "optionally followed by :key=value decoding overrides")
+    if base == "ar" and overrides:
+        raise ValueError(f"method {method!r}: ar takes no settings")
+
+
+def resolve_method(method: str, target, chat: dict | None = None) -> Method:
+    """'ar' | 'prompt_lookup' | a drafter folder, each with optional ':key=value' overrides -> its
+    `Method`; 'auto:METHOD' one served by an `AutoServe` of it (its budget and half of it, and
+    target-only). ValueError for a bad method or setting. chat: the chat format served
+    (`load_drafter` refuses a drafter trained on another)."""
+    check_method(method)
+    if method.startswith(AUTO):
+        inner = resolve_method(method[len(AUTO):], target, chat=chat)
+        return Method(method, inner.drafter, AutoServe(inner.drafter, budgets=None))
+    base, overrides = parse_method(method)
+    if base == "ar":
+        return Method(method, None)
+    try:
+        return Method(method, load_drafter(base, target, chat=chat, **overrides))
+    except TypeError as e:
+        raise ValueError(f"method {method!r}: {e}") from None
+
+
+def split_adapt(method: str) -> tuple[str, str | None]:
+    """Separates serving-time adaptation keys from a method: ':adapt=true' turns adaptation on,
+    ':adapt.KEY=VALUE' (an AdaptConfig key) turns it on with that setting. Returns (the method
+    without them, comma-joined settings or None when adaptation is off)."""
+    base, *pairs = method.split(":")
+    keep, settings, on = [base], [], False
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key == "adapt":
+            on = value.lower() in ("true", "1", "yes")
+        elif key.startswith("adapt."):
+            on = True
+            settings.append(f"{key[len('adapt.'):]}={value}")
+        else:
+            keep.append(pair)
+    return ":".join(keep), ",".join(settings) if on else None
