@@ -38,7 +38,7 @@ each distinct shape's profile under "step_profiles"):
   same      fraction of prompts whose tokens equal `ar`'s (must be 1.0 at temperature 0; n/a when
             sampling, whose losslessness is a distribution property tested in the test suite)
 Tree-shape calibration: a drafter method with ':calibrate=true' first calibrates its tree shape
-on this machine (decoding/calibrate.py: the kind's knobs, e.g. EAGLE-3 num_nodes x depth, over
+on this machine (serving/calibrate.py: the kind's knobs, e.g. EAGLE-3 num_nodes x depth, over
 its default candidates or those of --calibrate-grid) by decoding --calibrate-prompts prompts
 (default 4) disjoint from the measured ones: the first of --prompts (after --skip), which the
 measurement then leaves out, or the first of --calibrate-from FILE; at the run's batch size,
@@ -88,9 +88,9 @@ from tqdm import tqdm
 
 import specblock_jax as sbj
 from specblock_jax import read_prompts
-from specblock_jax.decoding.calibrate import GRIDS, calibrate, default_grid, with_setting
+from specblock_jax.serving.calibrate import GRIDS, calibrate, default_grid, with_setting
 from specblock_jax.decoding.compiled import cached_count, release
-from specblock_jax.decoding.methods import resolve_drafter, split_adapt
+from specblock_jax.serving.methods import resolve_drafter, split_adapt
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 
 from .bench_price import PriceSpec, Pricer, price_all
@@ -140,11 +140,11 @@ def split_oracle(method: str) -> tuple[str, str | None]:
 
 def oracle_method(drafter, folder: str, target, method: str):
     """The routing drafter `drafter` with each request routed to its label's best size
-    (`specblock_jax.drafters.blockpilot_labels.oracle_table`: measured speed, ties to the training
+    (`specblock_jax.drafters.blockpilot._labels.oracle_table`: measured speed, ties to the training
     block size)."""
-    from specblock_jax.decoding.job import encode_prompts
-    from specblock_jax.decoding.routed import TableRoutes, is_routing
-    from specblock_jax.drafters.blockpilot_labels import oracle_table
+    from specblock_jax.training.prompts import encode_prompts
+    from specblock_jax.serving.routed import TableRoutes, is_routing
+    from specblock_jax.drafters.blockpilot._labels import oracle_table
 
     inner, params = drafter if isinstance(drafter, sbj.LoadedDrafter) else (drafter, ())
     if not is_routing(inner):
@@ -260,10 +260,10 @@ def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, s
             bar.update(len(batch))
             bar.set_postfix_str(f"{done['tokens'] / max(done['wall'], 1e-9):.0f} tok/s")
 
-        new = sbj.generate(target, prompts, drafter=prep["drafter"], temperature=temperature,
-                           max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=batch_size,
-                           adapter=prep["adapter"], on_batch=on_batch, profile="all",
-                           refill=False if args.no_refill else None, key_index=keys, queue=args.queue)
+        new = sbj.generate(target, prompts, drafter=prep["drafter"], max_new_tokens=args.max_new_tokens,
+                           seed=args.seed, adapter=prep["adapter"], on_batch=on_batch,
+                           sampling=sbj.Sampling(temperature),
+                           options=sbj.DecodeOptions(batch_size=batch_size, profile="all", refill=False if args.no_refill else None, key_index=keys, queue=args.queue))
     for r in new:
         r.stats.batch += offset
     results += new
@@ -423,7 +423,7 @@ def parse_args(argv=None):
                         "prompts; none may be a measured prompt)")
     p.add_argument("--calibrate-grid", action="append", default=[], metavar="KNOB=V,V,...",
                    help="candidates of one knob for ':calibrate=true' methods (repeatable; each kind uses "
-                        "its own knobs, the others keep decoding/calibrate.py's defaults), e.g. num_nodes=8,16")
+                        "its own knobs, the others keep serving/calibrate.py's defaults), e.g. num_nodes=8,16")
     p.add_argument("--price", default=None, metavar="TOPO,PRESET",
                    help="also price every method's decoding step with the TPU compiler (needs the tpu extra) "
                         "at a preset's (or HF folder's) shapes, e.g. v5p:2x2x1,qwen3-8b: columns "
@@ -548,9 +548,9 @@ def main(argv=None) -> int:
     groups = [(int(b), float(t)) for b in str(args.batch_size).split(",") for t in args.temperatures.split(",")]
     if args.warmup_prompts > 0 and prompts:
         t0 = time.perf_counter()
-        warm = sbj.generate(target, prompts[:args.warmup_prompts], temperature=groups[0][1],
-                            max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=groups[0][0],
-                            refill=False if args.no_refill else None)
+        warm = sbj.generate(target, prompts[:args.warmup_prompts], max_new_tokens=args.max_new_tokens,
+                            seed=args.seed, sampling=sbj.Sampling(groups[0][1]),
+                            options=sbj.DecodeOptions(batch_size=groups[0][0], refill=False if args.no_refill else None))
         meta["warmup"] = {"prompts": len(warm), "wall_s": time.perf_counter() - t0,
                           "compile_s": sum({r.stats.batch: r.stats.compile_s for r in warm}.values())}
         print(f"warm-up (untimed): target-only on {len(warm)} prompts, {meta['warmup']['wall_s']:.1f} s", flush=True)

@@ -39,7 +39,7 @@ import json
 from pathlib import Path
 
 import specblock_jax
-from specblock_jax.decoding.auto import AutoServe
+from specblock_jax.serving.auto import AutoServe
 from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
 
 PRICED_KEYS = ("priced_step_ms", "priced_speedup", "priced_draft_ms_per_token")

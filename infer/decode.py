@@ -20,7 +20,7 @@ and writes `<out stem>.process<i>-of-<n><suffix>` (process 0 also writes the err
 
 Auto serving (`--method auto:METHOD`, e.g. auto:assets/drafters/eagle3): chunks of the job go to
 target-only decoding or to METHOD at its tree budget or half of it, whichever measures fastest per
-temperature regime, re-checked now and then (specblock_jax/decoding/auto.py); each record's stats
+temperature regime, re-checked now and then (specblock_jax/serving/auto.py); each record's stats
 carry its chunk's decision and measurement ("auto").
 
 Serving-time adaptation (`--adapt`, a trainable drafter only): the drafter learns from the verified
@@ -47,8 +47,8 @@ from tqdm import tqdm
 
 import specblock_jax as sbj
 from specblock_jax import parallel
-from specblock_jax.decoding import methods
-from specblock_jax.decoding.job import encode_prompts
+from specblock_jax.serving import methods
+from specblock_jax.training.prompts import encode_prompts
 from specblock_jax.training import chat
 
 log = logging.getLogger("specblock-decode")
@@ -220,10 +220,10 @@ def decode_refill(args, target, drafter, adapter, mesh, todo, out, bar) -> tuple
         bar.set_postfix(tok_s=f"{acc['tokens'] / run_s:.1f}" if run_s > 0 else "-")
 
     recs = [rec for _, rec in todo]
-    sbj.generate(target, [r["prompt"] for r in recs], drafter=drafter, temperature=[r["temp"] for r in recs],
-                 top_k=args.top_k, top_p=args.top_p, max_new_tokens=[r["budget"] for r in recs], seed=args.seed,
-                 batch_size=args.batch_size, adapter=adapter, on_batch=finished, refill=True,
-                 refill_rows=args.refill_rows)
+    sbj.generate(target, [r["prompt"] for r in recs], drafter=drafter, max_new_tokens=[r["budget"] for r in recs],
+                 seed=args.seed, adapter=adapter, on_batch=finished,
+                 sampling=sbj.Sampling(temperature=[r["temp"] for r in recs], top_k=args.top_k, top_p=args.top_p),
+                 options=sbj.DecodeOptions(batch_size=args.batch_size, refill=True, refill_rows=args.refill_rows))
     compile_s = acc["compile"] + (adapter.compile_s if adapter is not None else 0.0)
     return acc["tokens"], time.perf_counter() - start - compile_s, compile_s
 
@@ -238,12 +238,10 @@ def decode_batches(args, target, drafter, adapter, mesh, todo, out, bar) -> tupl
     for start in range(0, num_batches * args.batch_size, args.batch_size):
         batch = [rec for _, rec in todo[start:start + args.batch_size]]
         t0 = time.perf_counter()
-        results = sbj.generate(
-            target, [r["prompt"] for r in batch], drafter=drafter,
-            temperature=[r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p,
-            max_new_tokens=[r["budget"] for r in batch], seed=args.seed, batch_size=args.batch_size,
-            mesh=mesh, adapter=adapter, refill=False,
-        )
+        results = sbj.generate(target, [r["prompt"] for r in batch], drafter=drafter,
+                               max_new_tokens=[r["budget"] for r in batch], seed=args.seed, adapter=adapter,
+                               sampling=sbj.Sampling(temperature=[r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p),
+                               options=sbj.DecodeOptions(batch_size=args.batch_size, mesh=mesh, refill=False))
         if not results:  # a host past its share, keeping step with the others
             continue
         batch_compile = results[0].stats.compile_s

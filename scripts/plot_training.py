@@ -6,7 +6,7 @@
 
 drafters: eval tau against training tokens (left) and training FLOPs (right) for several drafter
 runs. Train records carry cumulative "flops" (the trainer's XLA cost analysis of its lowered step,
-`training/trainer.py` `step_flops`), eval records "eval_tau_mean"; an eval at step s is placed at
+`trainer/trainer.py` `step_flops`), eval records "eval_tau_mean"; an eval at step s is placed at
 s x FLOPs per step and s x TOKENS_PER_STEP (batch x max_len: the positions a step trains on,
 padding included, the same count for every run; without it the run is left off the tokens panel).
 START: the steps a fine-tuned run's starting drafter had trained (its points shift by START steps,

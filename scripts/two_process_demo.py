@@ -83,7 +83,7 @@ def regenerate(work: Path, n_prompts: int) -> None:
     records = [json.loads(x) for x in (ROOT / "assets/prompts/humaneval.jsonl").read_text().splitlines()]
     records = sorted(records, key=lambda r: len(r["prompt"]))[:64]
     prompts = [r["prompt"] for r in records]
-    results = sbj.generate(target, prompts, max_new_tokens=48, batch_size=16)
+    results = sbj.generate(target, prompts, max_new_tokens=48, options=sbj.DecodeOptions(batch_size=16))
     regen = work / "regen"
     regen.mkdir(parents=True, exist_ok=True)
     with open(regen / "greedy.jsonl", "w") as f:

@@ -7,21 +7,24 @@ The public API (functional): load a target, run it, generate from it, save it.
     logits = sbj.forward(target, token_ids)            # [B, T] -> [B, T, V]
     results = sbj.generate(target, ["def f(x):"], max_new_tokens=64)            # target only
     drafter = sbj.load_drafter("assets/drafters/eagle3", target)   # a LoadedDrafter(drafter, params)
-    results = sbj.generate(target, ["def f(x):"], drafter=drafter)              # speculative
+    results = sbj.generate(target, ["def f(x):"], drafter, sampling=sbj.Sampling(temperature=1.0))
+    auto = sbj.serving.AutoServe(drafter)                # target-only or speculation, by measured speed
+    results = auto.generate(target, ["def f(x):"])
     adapter = sbj.adaptation.Adapter(drafter)                                   # serving-time
-    results = sbj.generate(target, prompts, drafter=drafter, adapter=adapter)   # adaptation
+    results = sbj.generate(target, prompts, drafter, adapter=adapter)           # adaptation
     sbj.save_target(target, "out_dir")
 """
 
 from specblock_jax import _quiet  # noqa: F401  (first: transformers' no-PyTorch advisory, libtpu's probe)
 
-# Subpackages, one concept each: target models, draft trees, drafters (and their registry), the
-# decoding loops, device meshes, serving-time adaptation. `specblock_jax.training` (drafter
-# training, TFDS data) is imported on demand.
-from specblock_jax import adaptation, decoding, drafters, models, parallel, trees
+# Subpackages, one concept each, in import order (docs/architecture.md): target models, device
+# meshes, draft trees, drafters (and their registry), the decoding loops, serving-time adaptation,
+# serving policies (auto, routing, calibration). `training` (data, losses), `trainer` and `aot` are
+# imported on demand.
+from specblock_jax import adaptation, decoding, drafters, models, parallel, serving, trees
 
 # Decoding: batched generation, autoregressive or speculative, what it returns, prompt files.
-from specblock_jax.decoding import GenerationResult, GenerationStats, SamplingParams, generate
+from specblock_jax.decoding import DecodeOptions, GenerationResult, GenerationStats, Sampling, generate
 from specblock_jax.training.prompts import read_prompts
 
 # Drafters: folders of any registered kind, loaded with their weights.
@@ -44,8 +47,8 @@ from specblock_jax.models import (
 )
 
 __all__ = [
-    "adaptation", "decoding", "drafters", "models", "parallel", "trees",
-    "GenerationResult", "GenerationStats", "SamplingParams", "generate", "read_prompts",
+    "adaptation", "decoding", "drafters", "models", "parallel", "serving", "trees",
+    "DecodeOptions", "GenerationResult", "GenerationStats", "Sampling", "generate", "read_prompts",
     "LoadedDrafter", "load_drafter", "save_drafter",
     "CheckpointError", "KVCache", "ModelConfig", "RopeConfig", "Target", "UnsupportedModelError",
     "forward", "init_cache", "init_target", "load_target", "save_target",

@@ -27,7 +27,7 @@ def export_random_eagle3(ckpt, out) -> "object":
     import jax
 
     import specblock_jax as sbj
-    from specblock_jax.drafters.eagle3_train import Eagle3Task
+    from specblock_jax.drafters.eagle3._train import Eagle3Task
 
     target = sbj.load_target(ckpt)
     task = Eagle3Task({"num_nodes": 8, "top_k": 2, "depth": 3}, target)

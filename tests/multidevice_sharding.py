@@ -35,14 +35,14 @@ import orbax.checkpoint as ocp  # noqa: E402
 
 import specblock_jax as sbj  # noqa: E402
 from specblock_jax import parallel  # noqa: E402
-from specblock_jax.drafters.blockpilot import BlockPilotDrafter, PolicyConfig, init_policy  # noqa: E402
-from specblock_jax.drafters.dflash import DFlashDrafter  # noqa: E402
-from specblock_jax.drafters.dflash_train import DFlashTask  # noqa: E402
-from specblock_jax.drafters.eagle3_train import Eagle3Task  # noqa: E402
-from specblock_jax.drafters.specblock_train import SpecBlockTask  # noqa: E402
+from specblock_jax.drafters.blockpilot._model import BlockPilotDrafter, PolicyConfig, init_policy  # noqa: E402
+from specblock_jax.drafters.dflash._model import DFlashDrafter  # noqa: E402
+from specblock_jax.drafters.dflash._train import DFlashTask  # noqa: E402
+from specblock_jax.drafters.eagle3._train import Eagle3Task  # noqa: E402
+from specblock_jax.drafters.specblock._train import SpecBlockTask  # noqa: E402
 from specblock_jax.parallel.training import TrainLayout  # noqa: E402
 from specblock_jax.training.regen_dataset import BatchIterator  # noqa: E402
-from specblock_jax.training.trainer import (make_optimizer, make_train_step,  # noqa: E402
+from specblock_jax.trainer.trainer import (make_optimizer, make_train_step,  # noqa: E402
                                             train, train_step_fn, with_defaults)
 
 MESHES = {"8x1": "data=8,model=1", "4x2": "data=4,model=2", "2x4": "data=2,model=4"}
@@ -177,7 +177,7 @@ def run_decode() -> dict:
         use = {"8x1": ["ar"], "4x2": ["prompt_lookup", "eagle3", "blockpilot"], "2x4": ["specblock"]}[name]
         out["meshes"][name] = {}
         for m in use:
-            res = sbj.generate(tgt, prompts, drafter=methods[m], mesh=mesh, **kw)
+            res = sbj.generate(tgt, prompts, drafter=methods[m], **kw, options=sbj.DecodeOptions(mesh=mesh))
             out["meshes"][name][m] = {
                 "identical": [r.token_ids for r in res] == ar,
                 "taus": [r.stats.tau for r in res],

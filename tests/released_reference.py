@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specblock_jax.drafters import specblock_released
+from specblock_jax.drafters.specblock import _released as specblock_released
 
 
 # ------------------------------------------------------------------------------------ SpecBlock

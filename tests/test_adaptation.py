@@ -17,10 +17,10 @@ from specblock_jax.adaptation import AdaptConfig, Adapter, CostAwareController
 from specblock_jax.adaptation.adapter import crop_rows, paired_gain
 from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.decoding.compiled import compilation_count
-from specblock_jax.drafters.blockpilot import BlockPilotDrafter, PolicyConfig, init_policy
-from specblock_jax.drafters.dflash_train import DFlashTask
-from specblock_jax.drafters.eagle3_train import Eagle3Task
-from specblock_jax.drafters.specblock_train import SpecBlockTask
+from specblock_jax.drafters.blockpilot._model import BlockPilotDrafter, PolicyConfig, init_policy
+from specblock_jax.drafters.dflash._train import DFlashTask
+from specblock_jax.drafters.eagle3._train import Eagle3Task
+from specblock_jax.drafters.specblock._train import SpecBlockTask
 
 V = 32
 
@@ -66,7 +66,8 @@ def test_collected_labels_equal_a_full_target_forward(target, eagle3, prompts):
     hidden states of a plain forward over the committed sequence; the loss mask marks exactly the
     positions whose next token was generated."""
     ad = _adapter(eagle3, cost_scale=math.inf)
-    res = sbj.generate(target, prompts[:2], drafter=eagle3, max_new_tokens=12, batch_size=2, adapter=ad)
+    res = sbj.generate(target, prompts[:2], drafter=eagle3, max_new_tokens=12, adapter=ad,
+                       options=sbj.DecodeOptions(batch_size=2))
     rows = ad.buffer.rows([0, 1])
     for r, (prompt, out) in enumerate(zip(prompts[:2], res)):
         seq = prompt + out.token_ids
@@ -124,10 +125,11 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
         task = (SpecBlockTask({"num_nodes": 10, "num_blocks": 2}, target) if kind == "specblock" else
                 DFlashTask({"num_layers": 1, "block_size": 4, "num_anchors": 3, "mask_token_id": 3}, target))
         drafter = task.decoding_drafter(task.init_params(jax.random.key(2)))
-    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=2)
-    off = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, batch_size=2)
+    ar = sbj.generate(target, prompts, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=2))
+    off = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=2))
     ad = _adapter(drafter, cost_scale=0.0, learning_rate=1e-2, rollback=False)
-    on = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, batch_size=2, adapter=ad, refill=True)
+    on = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=16, adapter=ad,
+                      options=sbj.DecodeOptions(batch_size=2, refill=True))
     summary = ad.summary()
     assert summary["updates"] == summary["decisions"] >= 3  # every refill with work left
     inner = (lambda p: p["dflash"]) if kind == "blockpilot" else (lambda p: p)
@@ -142,8 +144,8 @@ def test_greedy_output_is_identical_with_adaptation_on_and_off(target, eagle3, p
 def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eagle3, prompts):
     never = _adapter(eagle3, cost_scale=math.inf)
     before = compilation_count()
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=never,
-                 refill=False)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=never,
+                 options=sbj.DecodeOptions(batch_size=2, refill=False))
     s = never.summary()
     assert s["decisions"] == 3 and s["updates"] == 0 and s["declined"] == 3
     assert _unchanged(never, eagle3[1])
@@ -152,8 +154,8 @@ def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eag
     assert compilation_count() - before <= 2  # the collecting decode loop and the buffer insert
     before = compilation_count()
     always = _adapter(eagle3, cost_scale=0.0)
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always,
-                 refill=False)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=always,
+                 options=sbj.DecodeOptions(batch_size=2, refill=False))
     s = always.summary()
     assert s["decisions"] == 3 and s["updates"] == 3 and s["adapt_time_s"] > 0
     events = [e for e in always.events if e.get("update")]
@@ -161,8 +163,8 @@ def test_controller_declines_above_any_gain_and_updates_at_zero_cost(target, eag
     # at most the collecting decode loop, the buffer insert, the update round and the evaluation
     assert compilation_count() - before <= 4
     again = compilation_count()
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=always,
-                 refill=False)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=always,
+                 options=sbj.DecodeOptions(batch_size=2, refill=False))
     assert compilation_count() == again  # a persisted adapter reuses every executable
 
 
@@ -200,7 +202,8 @@ def test_controller_arithmetic():
 
 def test_only_the_chosen_subset_changes(target, eagle3, prompts):
     ad = _adapter(eagle3, cost_scale=0.0, subset="layer/mlp+norm", learning_rate=1e-2, rollback=False)
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=ad,
+                 options=sbj.DecodeOptions(batch_size=2))
     names = {n for n, _ in ad.paths}
     assert names == {"draft/layer/mlp/down_proj", "draft/layer/mlp/gate_proj", "draft/layer/mlp/up_proj",
                      "draft/norm/weight"}
@@ -216,7 +219,8 @@ def test_only_the_chosen_subset_changes(target, eagle3, prompts):
 @pytest.mark.slow
 def test_updates_reduce_the_loss_on_buffered_rows(target, eagle3, prompts):
     ad = _adapter(eagle3, cost_scale=math.inf, learning_rate=3e-3, steps=10)
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=4, adapter=ad)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=ad,
+                 options=sbj.DecodeOptions(batch_size=4))
     loss = _buffer_loss(ad)
     first = loss(ad.params)
     for _ in range(3):
@@ -250,7 +254,8 @@ def test_training_crops_cover_the_generated_positions_and_drop_the_last_label():
 
 def test_cropped_updates_reduce_the_loss_and_cost_one_compilation(target, eagle3, prompts):
     ad = _adapter(eagle3, cost_scale=math.inf, learning_rate=3e-3, steps=10, train_window=16)
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=4, adapter=ad)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=ad,
+                 options=sbj.DecodeOptions(batch_size=4))
     loss = _buffer_loss(ad)
     first = loss(ad.params)
     ad.trainable, ad.opt_state, _, _ = ad._update()
@@ -266,7 +271,8 @@ def test_cropped_updates_reduce_the_loss_and_cost_one_compilation(target, eagle3
 def test_an_update_that_hurts_is_rolled_back(target, eagle3, prompts, monkeypatch):
     ad = _adapter(eagle3, cost_scale=0.0, learning_rate=1e-2)
     monkeypatch.setattr(ad, "_evaluate", lambda old, new, slots: (2.0, 1.0, 0.0, 0.01))  # new is worse
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad, refill=False)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=ad,
+                 options=sbj.DecodeOptions(batch_size=2, refill=False))
     ups = [e for e in ad.events if e.get("update")]
     assert len(ups) == 3 and all(e["realised_gain"] == -0.5 for e in ups)
     assert sum(bool(e.get("rolled_back")) for e in ad.events) == 3
@@ -278,7 +284,8 @@ def test_an_update_is_kept_only_when_its_gain_clears_keep_z_standard_errors(targ
     for taus, keep_z, kept in (((1.0, 1.02), 1.0, False), ((1.0, 1.2), 1.0, True), ((1.0, 1.02), 0.0, True)):
         ad = _adapter(eagle3, cost_scale=0.0, learning_rate=1e-2, keep_z=keep_z)
         monkeypatch.setattr(ad, "_evaluate", lambda old, new, slots, t=taus: (*t, 0.05, 0.01))
-        sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad, refill=False)
+        sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=ad,
+                     options=sbj.DecodeOptions(batch_size=2, refill=False))
         scored = [e for e in ad.events if "eval_gain_se" in e]
         assert len(scored) >= 2 and all(e["eval_gain_se"] == 0.05 for e in scored)
         assert sum(bool(e.get("rolled_back")) for e in ad.events) == (0 if kept else len(scored))
@@ -318,8 +325,9 @@ def test_unseen_evaluation_judges_each_update_at_once_on_buffered_rows_its_steps
 
     monkeypatch.setattr(ad, "_update", update)
     monkeypatch.setattr(ad, "_evaluate", evaluate)
-    on = sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, adapter=ad, refill=False)
-    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=2)
+    on = sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=ad,
+                      options=sbj.DecodeOptions(batch_size=2, refill=False))
+    ar = sbj.generate(target, prompts, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=2))
     assert [r.token_ids for r in on] == [r.token_ids for r in ar]
     ups = [e for e in ad.events if e.get("update")]
     assert len(ups) == len(rounds) >= 3
@@ -399,8 +407,8 @@ def test_sampling_follows_the_target_distribution_while_adapting(small_vocab_tar
     ad = Adapter(drafter, AdaptConfig(cost_scale=0.0, min_rows=2, window=8, capacity=16, batch_rows=2,
                                        eval_rows=2, learning_rate=1e-2, rollback=False))
     prompt = [1, 2, 3]
-    res = sbj.generate(small_vocab_target, [prompt] * 6000, drafter=drafter, adapter=ad, temperature=1.0,
-                       max_new_tokens=3, batch_size=1000, seed=11, refill=False)
+    res = sbj.generate(small_vocab_target, [prompt] * 6000, drafter=drafter, adapter=ad, max_new_tokens=3, seed=11,
+                       sampling=sbj.Sampling(1.0), options=sbj.DecodeOptions(batch_size=1000, refill=False))
     assert ad.summary()["updates"] >= 2 and not _unchanged(ad, drafter[1])
     counts = np.zeros((SV, SV))
     for r in res:

@@ -51,7 +51,8 @@ def test_shipped_drafters_are_lossless_on_the_shipped_target(kind, tau_floor):
     target = sbj.load_target(ROOT / "assets" / "target")
     drafter = sbj.load_drafter(ROOT / "assets" / "drafters" / kind, target)
     prompts = [json.loads(x)["prompt"] for x in (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:6]]
-    ar = sbj.generate(target, prompts, max_new_tokens=48, batch_size=3)
-    spec = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=48, batch_size=3)
+    ar = sbj.generate(target, prompts, max_new_tokens=48, options=sbj.DecodeOptions(batch_size=3))
+    spec = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=48,
+                        options=sbj.DecodeOptions(batch_size=3))
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
     assert sum(s.stats.tau for s in spec) / len(spec) > tau_floor

@@ -11,7 +11,7 @@ import pytest
 
 import specblock_jax as sbj
 from specblock_jax.decoding import compilation_count
-from specblock_jax.drafters.eagle3_train import Eagle3Task
+from specblock_jax.drafters.eagle3._train import Eagle3Task
 from specblock_jax.models.attention import attend, attend_prefix, length_buckets
 from helpers import peaked_tiny_target
 

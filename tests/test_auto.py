@@ -1,4 +1,4 @@
-"""Auto serving (decoding/auto.py): target-only or speculation, whichever measures fastest; greedy
+"""Auto serving (serving/auto.py): target-only or speculation, whichever measures fastest; greedy
 outputs identical to target-only, sampled outputs distributed as the target's while it switches,
 and the choice rule (explore, exploit, re-check)."""
 
@@ -83,7 +83,7 @@ def test_auto_decides_from_the_requests_it_holds_not_from_later_calls(monkeypatc
     """A server knows its queue, not what comes after it: a call's chunks are chosen the same
     whether or not another call follows, and near the call's end no re-check is made (too few
     queued chunks would gain from it) even when the next call then re-checks first thing."""
-    import specblock_jax.decoding.auto as auto_mod
+    import specblock_jax.serving.auto as auto_mod
     from specblock_jax.decoding.job import DecodeOptions, Request
 
     def fake_serve(target, requests, drafter, options):  # 10 tokens a request, target-only slower
@@ -114,9 +114,10 @@ def test_auto_greedy_output_is_target_only_and_every_chunk_is_logged(small_vocab
     # slow=1e-3: no budget counts as losing, so each is explored (its skipping is tested above)
     auto = AutoServe("prompt_lookup", budgets=(4,), chunk=4, recheck_every=2, slow=1e-3)
     temps = [0.0] * 12 + [1.0] * 6
-    ar = sbj.generate(small_vocab_target, prompts[:12], max_new_tokens=budgets[:12], batch_size=2)
-    res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=budgets, batch_size=2,
-                       temperature=temps)
+    ar = sbj.generate(small_vocab_target, prompts[:12], max_new_tokens=budgets[:12],
+                      options=sbj.DecodeOptions(batch_size=2))
+    res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=budgets,
+                       sampling=sbj.Sampling(temps), options=sbj.DecodeOptions(batch_size=2))
     assert [r.token_ids for r in res[:12]] == [r.token_ids for r in ar]
     assert [r.index for r in res] == list(range(18)) and all(len(r.token_ids) == b for r, b in zip(res, budgets))
     greedy = [e for e in auto.events if e["regime"] == "greedy"]
@@ -133,7 +134,8 @@ def test_auto_measures_the_decode_loops_not_the_step_profiling(small_vocab_targe
     rng = np.random.default_rng(4)
     prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(10)]
     auto = AutoServe("prompt_lookup", budgets=(4,), chunk=2, slow=1e-3)
-    res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=8, batch_size=2, profile="all")
+    res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=8,
+                       options=sbj.DecodeOptions(batch_size=2, profile="all"))
     assert len(auto.events) == 5
     for n, event in enumerate(auto.events):
         mine = [r for r in res if r.stats.auto is event]

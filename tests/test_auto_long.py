@@ -1,4 +1,4 @@
-"""Auto serving for long jobs (issue 41, item 3; decoding/auto.py): explorations and re-checks
+"""Auto serving for long jobs (issue 41, item 3; serving/auto.py): explorations and re-checks
 cost a probe, not a chunk, and stay lossless; options are ranked on measurements in the chunk's
 attention bucket; drift of the served option's speed brings re-checks forward."""
 
@@ -9,7 +9,7 @@ import pytest
 
 import specblock_jax as sbj
 from specblock_jax.decoding import AutoServe
-from specblock_jax.decoding.auto import Probe
+from specblock_jax.serving.auto import Probe
 from spec_drafters import RandomTreeDrafter, skewed_draft_params
 from helpers_sampling import V as SAMPLING_V
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
@@ -19,7 +19,7 @@ V = 32  # the tiny peaked target's vocabulary (conftest `target`)
 
 def _spy(monkeypatch, auto):
     """Logs every decode call auto makes: (chunk index, option, each request's budget)."""
-    import specblock_jax.decoding.auto as auto_mod
+    import specblock_jax.serving.auto as auto_mod
 
     calls, real = [], auto_mod.serve
 
@@ -40,12 +40,14 @@ def test_a_probe_decodes_probe_tokens_of_the_explored_option_then_the_fastest_fi
     during the probe is not continued. Outputs equal target-only decoding token for token."""
     rng = np.random.default_rng(7)
     prompts = [rng.integers(0, V, int(rng.integers(3, 11))).tolist() for _ in range(6)]  # one bucket, + 6 too
-    ref = sbj.generate(target, prompts, max_new_tokens=9, batch_size=2, refill=False)
+    ref = sbj.generate(target, prompts, max_new_tokens=9, options=sbj.DecodeOptions(batch_size=2, refill=False))
     stop = ref[2].token_ids[1]  # request 2 (chunk 1) stops within the probe
-    ref = sbj.generate(target, prompts, max_new_tokens=9, batch_size=2, refill=False, stop_tokens=[stop])
+    ref = sbj.generate(target, prompts, max_new_tokens=9,
+                       options=sbj.DecodeOptions(batch_size=2, stop_tokens=[stop], refill=False))
     auto = AutoServe("prompt_lookup", budgets=(4,), chunk=2, probe_tokens=3, slow=1e-3)
     calls = _spy(monkeypatch, auto)
-    res = sbj.generate(target, prompts, drafter=auto, max_new_tokens=9, batch_size=2, stop_tokens=[stop])
+    res = sbj.generate(target, prompts, drafter=auto, max_new_tokens=9,
+                       options=sbj.DecodeOptions(batch_size=2, stop_tokens=[stop]))
     assert [r.token_ids for r in res] == [r.token_ids for r in ref]  # greedy: lossless across segments
     assert [(e["option"], e["why"]) for e in auto.events] == [("ar", "explore"), (4, "explore"), (8, "explore")]
     assert [c[1:] for c in calls if c[0] == 0] == [("ar", [9, 9])]  # the first exploration: a whole chunk
@@ -124,7 +126,7 @@ def test_options_are_ranked_on_measurements_in_the_chunks_attention_bucket(monke
     fresh.record("greedy", 4, "best", 4, 100, 1.0, 0.0, bucket=512)  # ar the fastest overall, 4 in 512
     assert fresh.choose("greedy", bucket=512) == (8, "explore") and fresh.choose("greedy", bucket=64) == (4, "explore")
 
-    import specblock_jax.decoding.auto as auto_mod
+    import specblock_jax.serving.auto as auto_mod
     from specblock_jax.decoding.job import DecodeOptions, Request
 
     def fake_serve(target, requests, drafter, options):  # 10 tokens a request in 0.1 s

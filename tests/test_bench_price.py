@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specblock_jax import aot
-from specblock_jax.decoding.auto import AutoServe
+from specblock_jax.serving.auto import AutoServe
 from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax_cli.infer import bench
 from specblock_jax_cli.infer.bench_price import PRICED_KEYS, PriceSpec, Pricer, method_shape

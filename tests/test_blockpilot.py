@@ -13,13 +13,13 @@ import pytest
 
 import specblock_jax as sbj
 from specblock_jax.drafters import registry
-from specblock_jax.drafters.blockpilot import (BlockPilotDrafter, PolicyConfig, choose, features,
+from specblock_jax.drafters.blockpilot._model import (BlockPilotDrafter, PolicyConfig, choose, features,
                                                init_policy, save_blockpilot)
-from specblock_jax.drafters.blockpilot_train import PolicyData, prefill_features
-from specblock_jax.drafters.dflash import DFlashDrafter
-from specblock_jax.drafters.dflash_train import DFlashTask
+from specblock_jax.drafters.blockpilot._train import PolicyData, prefill_features
+from specblock_jax.drafters.dflash._model import DFlashDrafter
+from specblock_jax.drafters.dflash._train import DFlashTask
 from specblock_jax.drafters.io import load_drafter, save_drafter
-from specblock_jax.training.trainer import train
+from specblock_jax.trainer.trainer import train
 
 V = 8
 SIZES = (2, 3, 4)
@@ -63,18 +63,20 @@ def test_masked_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target,
     assert len(set(chosen.tolist())) >= 2  # the batch really mixes sizes
     # sampled: same random streams per prompt, so a mixed batch must give each row's tokens exactly
     kw = dict(temperature=1.0, max_new_tokens=16, seed=2)
-    mixed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=len(prompts), **kw)
-    alone = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=1, **kw)
+    mixed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), **kw,
+                         options=sbj.DecodeOptions(batch_size=len(prompts)))
+    alone = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), **kw,
+                         options=sbj.DecodeOptions(batch_size=1))
     for m, a in zip(mixed, alone):
         assert m.token_ids == a.token_ids and m.stats.tau == a.stats.tau
     # greedy: each row drafts exactly as a DFlash drafter whose static block is that row's size
-    mixed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=len(prompts),
-                         max_new_tokens=16)
+    mixed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=16,
+                         options=sbj.DecodeOptions(batch_size=len(prompts)))
     size = max(set(chosen.tolist()), key=chosen.tolist().count)  # the largest group
     rows = [i for i in range(len(prompts)) if chosen[i] == size]
     fixed = DFlashDrafter(task.config, task.graphdef, block_size=int(size))
     res = sbj.generate(target, [prompts[i] for i in rows], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
-                       batch_size=len(prompts), max_new_tokens=16)
+                       max_new_tokens=16, options=sbj.DecodeOptions(batch_size=len(prompts)))
     assert [r.stats.tau for r in res] == [mixed[i].stats.tau for i in rows]
     assert [r.token_ids for r in res] == [mixed[i].token_ids for i in rows]
 
@@ -95,19 +97,21 @@ def test_routed_requests_draft_exactly_their_size_and_equal_decoding_alone(targe
     assert len(set(chosen)) >= 2
     outputs = []
     for kw in (dict(max_new_tokens=16), dict(temperature=1.0, max_new_tokens=16, seed=2)):
-        routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=4, **kw)
+        routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), **kw,
+                              options=sbj.DecodeOptions(batch_size=4))
         outputs.append([r.token_ids for r in routed])
         assert [r.stats.route["group"] for r in routed] == [r.stats.route["chosen"] for r in routed] == chosen
         assert [r.index for r in routed] == list(range(len(prompts)))
         for i, p in enumerate(prompts):
             fixed = DFlashDrafter(task.config, task.graphdef, block_size=chosen[i])
-            alone = sbj.generate(target, [p], drafter=sbj.LoadedDrafter(fixed, params["dflash"]), batch_size=1,
-                                 key_index=[i], **kw)[0]
+            alone = sbj.generate(target, [p], drafter=sbj.LoadedDrafter(fixed, params["dflash"]), **kw,
+                                 options=sbj.DecodeOptions(batch_size=1, key_index=[i]))[0]
             assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau, i
-    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=4)
+    ar = sbj.generate(target, prompts, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=4))
     assert outputs[0] == [a.token_ids for a in ar]
     before = compilation_count()  # warm: a new job with other prompts compiles nothing
-    sbj.generate(target, prompts[::-1], drafter=sbj.LoadedDrafter(drafter, params), batch_size=4, max_new_tokens=16)
+    sbj.generate(target, prompts[::-1], drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=16,
+                 options=sbj.DecodeOptions(batch_size=4))
     assert compilation_count() == before
 
 
@@ -115,12 +119,12 @@ def test_key_index_makes_a_split_job_sample_as_the_whole(target):
     prompts = _prompts()
     kw = dict(temperature=1.0, max_new_tokens=12, seed=7, batch_size=2)
     whole = sbj.generate(target, prompts, **kw)
-    part = sbj.generate(target, prompts[3:7], key_index=range(3, 7), **kw)
+    part = sbj.generate(target, prompts[3:7], **kw, options=sbj.DecodeOptions(key_index=range(3, 7)))
     assert [r.token_ids for r in part] == [r.token_ids for r in whole[3:7]]
     shifted = sbj.generate(target, prompts[3:7], **kw)  # positions 0..3: other key streams
     assert [r.token_ids for r in shifted] != [r.token_ids for r in whole[3:7]]
     with pytest.raises(ValueError, match="key_index: got 2 values for 4 prompts"):
-        sbj.generate(target, prompts[3:7], key_index=[0, 1], **kw)
+        sbj.generate(target, prompts[3:7], **kw, options=sbj.DecodeOptions(key_index=[0, 1]))
 
 
 def _separable(seed: int = 0) -> PolicyData:
@@ -189,8 +193,9 @@ def test_shipped_blockpilot_drafter_loads_and_is_lossless():
     assert isinstance(drafter, BlockPilotDrafter) and drafter.num_nodes == max(drafter.policy.sizes)
     lines = (root / "assets/prompts/heldout.jsonl").read_text().splitlines()[:4]
     prompts = [json.loads(x)["prompt"] for x in lines]
-    ar = sbj.generate(target, prompts, max_new_tokens=32, batch_size=4)
-    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=32, batch_size=4)
+    ar = sbj.generate(target, prompts, max_new_tokens=32, options=sbj.DecodeOptions(batch_size=4))
+    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=32,
+                        options=sbj.DecodeOptions(batch_size=4))
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
 
 
@@ -241,7 +246,7 @@ def test_specblock_train_blockpilot_train_makes_a_drafter_from_label_folders(tmp
 
 
 def test_oracle_labels_break_ties_toward_the_training_size():
-    from specblock_jax.drafters.blockpilot_labels import oracle_labels
+    from specblock_jax.drafters.blockpilot._labels import oracle_labels
     sizes = [4, 8, 16]
     score = np.asarray([[2.0, 2.0, 2.0],    # three-way tie -> 16 (the training size)
                         [2.5, 2.5, 1.0],    # 4 and 8 tie -> 8 (nearer 16)
@@ -263,7 +268,7 @@ def _label_folder(folder, taus: dict[int, list[float]], step_ms: dict[int, float
 
 
 def test_speed_labels_divide_each_prompts_tau_by_its_sizes_step_cost(tmp_path):
-    from specblock_jax.drafters.blockpilot_labels import read_labels
+    from specblock_jax.drafters.blockpilot._labels import read_labels
     taus = {4: [2.0, 3.0, 1.5], 8: [3.0, 3.2, 1.5], 16: [3.2, 6.0, 1.5]}
     _label_folder(tmp_path / "a", taus, {4: 10.0, 8: 12.0, 16: 20.0})
     ids, sizes, tau, by_tau = read_labels(tmp_path / "a", "tau", prefer=8)
@@ -278,7 +283,7 @@ def test_speed_labels_divide_each_prompts_tau_by_its_sizes_step_cost(tmp_path):
 
 @pytest.mark.slow
 def test_label_files_resume_without_repeating_a_prompt_or_a_profile(target, pilot, tmp_path):
-    from specblock_jax.drafters.blockpilot_labels import read_labels
+    from specblock_jax.drafters.blockpilot._labels import read_labels
     from specblock_jax_cli.train.blockpilot import write_labels
     task, drafter, params = pilot
     save_drafter(drafter.dflash, params["dflash"]["draft"], tmp_path / "dflash", dtype="float32")
@@ -327,7 +332,7 @@ def test_packed_batches_are_served_at_their_rows_largest_size_and_stay_full(targ
     decode batches them), each chunk served at its rows' largest chosen size; so no group holds a
     part-filled batch but the last, each request's output is what its served size gives it alone,
     and greedy output is the target's. At batch 1 packing changes nothing."""
-    from specblock_jax.decoding.routed import pack_groups
+    from specblock_jax.serving.routed import pack_groups
 
     assert pack_groups([2, 4, 3, 2, 2], [5, 1, 3, 2, 4], 2, max) == [2, 4, 3, 4, 3]
     assert pack_groups([2, 4, 3], [1, 2, 3], 2, lambda g: None) == [2, 4, 3]
@@ -341,30 +346,33 @@ def test_packed_batches_are_served_at_their_rows_largest_size_and_stay_full(targ
         for i in order[start:start + 2]:
             want[i] = max(chosen[j] for j in order[start:start + 2])
     assert want != chosen  # the test's prompts do pack
-    routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=2, max_new_tokens=12)
+    routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=12,
+                          options=sbj.DecodeOptions(batch_size=2))
     assert [r.stats.route["chosen"] for r in routed] == chosen
     assert [r.stats.route["group"] for r in routed] == want
     assert all(want.count(size) % 2 == 0 for size in set(want))  # 10 prompts: every group's batches full
     for i in range(len(prompts)):
         fixed = DFlashDrafter(task.config, task.graphdef, block_size=want[i])
         alone = sbj.generate(target, [prompts[i]], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
-                             key_index=[i], max_new_tokens=12)[0]
+                             max_new_tokens=12, options=sbj.DecodeOptions(key_index=[i]))[0]
         assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau, i
-    one = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), batch_size=1, max_new_tokens=4)
+    one = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=4,
+                       options=sbj.DecodeOptions(batch_size=1))
     assert [r.stats.route["group"] for r in one] == chosen
 
 
 def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
     """A per-request oracle (TableRoutes): each prompt decodes at the size its table entry names,
     as it does alone with a DFlash drafter of that size; a prompt missing from the table is an error."""
-    from specblock_jax.decoding.routed import TableRoutes
+    from specblock_jax.serving.routed import TableRoutes
 
     task, drafter, params = pilot
     prompts = _prompts()
     given = [SIZES[i % len(SIZES)] for i in range(len(prompts))]
     oracle = TableRoutes(dataclasses.replace(drafter, pack=False), {tuple(p): s for p, s in zip(prompts, given)},
                          name="oracle")
-    routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(oracle, params), batch_size=4, max_new_tokens=12)
+    routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(oracle, params), max_new_tokens=12,
+                          options=sbj.DecodeOptions(batch_size=4))
     assert [r.stats.route["group"] for r in routed] == given
     for i in (0, 1, 2):
         fixed = DFlashDrafter(task.config, task.graphdef, block_size=given[i])
@@ -379,7 +387,7 @@ def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
 
 
 def test_oracle_table_maps_each_labelled_prompt_to_its_fastest_size(tmp_path):
-    from specblock_jax.drafters.blockpilot_labels import oracle_table
+    from specblock_jax.drafters.blockpilot._labels import oracle_table
     taus = {4: [2.0, 3.0, 1.5], 8: [3.0, 3.2, 1.5], 16: [3.2, 6.0, 1.5]}
     _label_folder(tmp_path, taus, {4: 10.0, 8: 12.0, 16: 20.0})
     prompts = tmp_path / "prompts.jsonl"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import specblock_jax as sbj
-from specblock_jax.drafters.blockpilot_labels import oracle_labels, read_labels
+from specblock_jax.drafters.blockpilot._labels import oracle_labels, read_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "benchmarks" / "blockpilot_priced"
@@ -71,11 +71,11 @@ def shipped():
 
 @needs_study
 def test_the_policy_picks_the_same_size_alone_and_in_a_batch_of_8(shipped):
-    """The routing path generate uses (decoding/routed.py `route_prompts`: a prefill, then the
+    """The routing path generate uses (serving/routed.py `route_prompts`: a prefill, then the
     policy on its logits) gives each of 8 HumanEval prompts the same size one at a time as in one
     batch of 8 (padded to one width), and the size compare.py reported for it."""
-    from specblock_jax.decoding.job import encode_prompts
-    from specblock_jax.decoding.routed import route_prompts
+    from specblock_jax.training.prompts import encode_prompts
+    from specblock_jax.serving.routed import route_prompts
 
     target, (drafter, params) = shipped
     assert drafter.policy.sizes == (4, 5, 6, 7, 8)
@@ -92,8 +92,9 @@ def test_the_shipped_blockpilot_v5p_drafter_is_lossless(shipped):
     target, loaded = shipped
     lines = (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:3]
     prompts = [json.loads(x)["prompt"] for x in lines]
-    ar = sbj.generate(target, prompts, max_new_tokens=12, batch_size=4)
-    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(*loaded), max_new_tokens=12, batch_size=4)
+    ar = sbj.generate(target, prompts, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=4))
+    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(*loaded), max_new_tokens=12,
+                        options=sbj.DecodeOptions(batch_size=4))
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
     assert all(s.stats.route["group"] in (4, 5, 6, 7, 8) for s in spec)
 

@@ -1,4 +1,4 @@
-"""Tree-shape calibration (decoding/calibrate.py) of drafter kinds beyond EAGLE-3 (whose grid is
+"""Tree-shape calibration (serving/calibrate.py) of drafter kinds beyond EAGLE-3 (whose grid is
 tested in tests/test_eagle3.py)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import jax
 import pytest
 
 from helpers import peaked_tiny_target
-from specblock_jax.decoding.calibrate import calibrate, check_grid, default_grid, settings, with_setting
+from specblock_jax.serving.calibrate import calibrate, check_grid, default_grid, settings, with_setting
 from specblock_jax.decoding.compiled import cached_count
-from specblock_jax.drafters.dflash_train import DFlashTask
-from specblock_jax.drafters.prompt_lookup import PromptLookup
+from specblock_jax.drafters.dflash._train import DFlashTask
+from specblock_jax.drafters.prompt_lookup._model import PromptLookup
 
 
 def test_grids_per_kind():

@@ -14,7 +14,7 @@ import pytest
 
 import specblock_jax as sbj
 from helpers import export_random_eagle3
-from specblock_jax.decoding import methods
+from specblock_jax.serving import methods
 from specblock_jax_cli.infer import decode
 
 

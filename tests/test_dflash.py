@@ -11,8 +11,8 @@ from flax import nnx
 
 import specblock_jax as sbj
 from specblock_jax.drafters.base import Prefill
-from specblock_jax.drafters.dflash import DFlashDrafter
-from specblock_jax.drafters.dflash_train import DFlashTask, training_mask
+from specblock_jax.drafters.dflash._model import DFlashDrafter
+from specblock_jax.drafters.dflash._train import DFlashTask, training_mask
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
 from helpers import train_on_fixed_batch
@@ -109,10 +109,11 @@ def test_greedy_dflash_decoding_equals_autoregressive(target, task, params):
     dparams = task.decoding_drafter(params)[1]
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, V, rng.integers(1, 17)).tolist() for _ in range(12)]
-    ar = sbj.generate(target, prompts, max_new_tokens=20, batch_size=4)
+    ar = sbj.generate(target, prompts, max_new_tokens=20, options=sbj.DecodeOptions(batch_size=4))
     for mode, size, batch in (("greedy", 4, 4), ("auto", 3, 1)):
         d = DFlashDrafter(task.config, task.graphdef, block_size=size, draft_mode=mode)
-        spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(d, dparams), max_new_tokens=20, batch_size=batch)
+        spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(d, dparams), max_new_tokens=20,
+                            options=sbj.DecodeOptions(batch_size=batch))
         assert [s.token_ids for s in spec] == [a.token_ids for a in ar], (mode, size, batch)
         assert np.mean([s.stats.tau for s in spec]) > 1.03  # some drafts are accepted (random drafter)
 

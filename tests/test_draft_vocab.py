@@ -15,8 +15,8 @@ import specblock_jax as sbj
 from helpers import train_on_fixed_batch
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.eagle3_train import Eagle3Task
-from specblock_jax.drafters.specblock_train import SpecBlockTask
+from specblock_jax.drafters.eagle3._train import Eagle3Task
+from specblock_jax.drafters.specblock._train import SpecBlockTask
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
 
 V, K = 32, 12
@@ -54,7 +54,7 @@ def _vocab_file(target, tmp_path, size=K) -> str:
     """A draft vocabulary of the target's most likely greedy tokens (counts from AR outputs)."""
     rng = np.random.default_rng(1)
     prompts = [rng.integers(0, V, 6).tolist() for _ in range(16)]
-    outs = sbj.generate(target, prompts, max_new_tokens=12, batch_size=8)
+    outs = sbj.generate(target, prompts, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=8))
     counts = draft_vocab.count_tokens([p + o.token_ids for p, o in zip(prompts, outs)], V)
     draft_vocab.save(tmp_path, draft_vocab.from_counts(counts, size))
     return str(tmp_path / draft_vocab.FILE)
@@ -74,9 +74,9 @@ def test_a_drafter_with_a_draft_vocabulary_is_lossless_and_drafts_only_its_ids(t
 
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, V, rng.integers(2, 15)).tolist() for _ in range(8)]
-    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=4)
+    ar = sbj.generate(target, prompts, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=4))
     spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, bundle), max_new_tokens=16,
-                        batch_size=4)  # (batch 1 against batch 4 is test_speculative's, without the map)
+                        options=sbj.DecodeOptions(batch_size=4))  # (batch 1 against batch 4 is test_speculative's, without the map)
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
     if kind == "eagle3":  # drafts in the reduced vocabulary are accepted: mean tau 1.19 here, 1.08
         # when the same drafter skips the d2t map (its raw ids then stand for the wrong tokens)

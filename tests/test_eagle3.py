@@ -12,8 +12,8 @@ import pytest
 from flax import nnx
 
 import specblock_jax as sbj
-from specblock_jax.drafters.eagle3 import Eagle3Drafter
-from specblock_jax.drafters.eagle3_train import Eagle3Task
+from specblock_jax.drafters.eagle3._model import Eagle3Drafter
+from specblock_jax.drafters.eagle3._train import Eagle3Task
 from specblock_jax.models.attention import attend
 from specblock_jax.models.layers import rope_cos_sin
 from specblock_jax.training.losses import shift
@@ -148,9 +148,10 @@ def test_greedy_eagle3_decoding_equals_autoregressive(target, task):
     bundle = task.decoding_drafter(params)
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, V, rng.integers(1, 17)).tolist() for _ in range(12)]  # one bucket
-    ar = sbj.generate(target, prompts, max_new_tokens=20, batch_size=4)
+    ar = sbj.generate(target, prompts, max_new_tokens=20, options=sbj.DecodeOptions(batch_size=4))
     for batch in (1, 4):
-        spec = sbj.generate(target, prompts, drafter=bundle, max_new_tokens=20, batch_size=batch)
+        spec = sbj.generate(target, prompts, drafter=bundle, max_new_tokens=20,
+                            options=sbj.DecodeOptions(batch_size=batch))
         assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
 
 
@@ -176,7 +177,7 @@ def test_save_and_load_round_trip(target, task, tmp_path):
 
 @pytest.mark.slow
 def test_calibration_times_each_setting_and_picks_the_fastest(target, task):
-    from specblock_jax.decoding.calibrate import calibrate
+    from specblock_jax.serving.calibrate import calibrate
 
     bundle = task.decoding_drafter(task.init_params(jax.random.key(6)))
     out = calibrate(target, bundle, [[1, 2, 3], [4, 5, 6, 7]], {"num_nodes": (4, 7), "depth": (2,)},

@@ -89,7 +89,7 @@ def test_generate_rejects_bad_prompts(hf_dirs):
     with pytest.raises(ValueError, match="prompt 1: 500 prompt tokens \\+ max_new_tokens=20 exceed the cache limit of 512"):
         sbj.generate(target, [[1, 2], [3] * 500], max_new_tokens=20)
     with pytest.raises(ValueError, match="prompt 2: 10 prompt tokens \\+ max_new_tokens=8 exceed the cache limit of 16"):
-        sbj.generate(target, [[1], [2], [3] * 10], max_new_tokens=8, max_cache_len=16)
+        sbj.generate(target, [[1], [2], [3] * 10], max_new_tokens=8, options=sbj.DecodeOptions(max_cache_len=16))
     with pytest.raises(ValueError, match="prompt 0: empty prompt"):
         sbj.generate(target, [[]])
     with pytest.raises(ValueError, match="prompt 1: token ids \\[128\\] outside \\[0, 128\\)"):

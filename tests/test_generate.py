@@ -16,7 +16,7 @@ PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(20, 40)), [3]]
 def test_greedy_equals_transformers_argmax_decoding(hf_dirs, kind):
     path, model = hf_dirs[kind]
     target = sbj.load_target(path)
-    results = sbj.generate(target, PROMPTS, max_new_tokens=24, batch_size=3)
+    results = sbj.generate(target, PROMPTS, max_new_tokens=24, options=sbj.DecodeOptions(batch_size=3))
     for prompt, res in zip(PROMPTS, results):
         with torch.no_grad():
             ref = model.generate(torch.tensor([prompt]), max_new_tokens=24, do_sample=False,
@@ -29,7 +29,7 @@ def test_stop_token_ends_each_sequence_on_its_own(hf_dirs):
     target = sbj.load_target(hf_dirs["qwen3"][0])
     free = sbj.generate(target, PROMPTS, max_new_tokens=16)
     stop = free[0].token_ids[3]  # a token sequence 0 emits at step 3
-    results = sbj.generate(target, PROMPTS, max_new_tokens=16, stop_tokens=[stop])
+    results = sbj.generate(target, PROMPTS, max_new_tokens=16, options=sbj.DecodeOptions(stop_tokens=[stop]))
     for f, r in zip(free, results):
         if stop in f.token_ids:
             cut = f.token_ids.index(stop) + 1
@@ -41,26 +41,27 @@ def test_stop_token_ends_each_sequence_on_its_own(hf_dirs):
 
 def test_no_recompilation_for_new_prompts_in_the_same_bucket(hf_dirs):
     target = sbj.load_target(hf_dirs["qwen3"][0])
-    sbj.generate(target, [[1, 2, 3], [4, 5]], max_new_tokens=8, batch_size=2)
+    sbj.generate(target, [[1, 2, 3], [4, 5]], max_new_tokens=8, options=sbj.DecodeOptions(batch_size=2))
     warm = compilation_count()
-    sbj.generate(target, [[7] * 10, [9, 9, 9, 9]], max_new_tokens=8, batch_size=2, temperature=0.7,
-                 top_k=5, top_p=0.9, seed=4)
-    sbj.generate(target, [[2] * 16, [3]], max_new_tokens=8, batch_size=2)
+    sbj.generate(target, [[7] * 10, [9, 9, 9, 9]], max_new_tokens=8, seed=4,
+                 sampling=sbj.Sampling(temperature=0.7, top_k=5, top_p=0.9),
+                 options=sbj.DecodeOptions(batch_size=2))
+    sbj.generate(target, [[2] * 16, [3]], max_new_tokens=8, options=sbj.DecodeOptions(batch_size=2))
     assert compilation_count() == warm
-    sbj.generate(target, [[2] * 17, [3]], max_new_tokens=8, batch_size=2)  # next length bucket
+    sbj.generate(target, [[2] * 17, [3]], max_new_tokens=8, options=sbj.DecodeOptions(batch_size=2))  # next length bucket
     assert compilation_count() == warm + 1
 
 
 def test_sampling_is_seeded_and_independent_of_batching(hf_dirs):
     target = sbj.load_target(hf_dirs["llama3"][0])
     kw = dict(max_new_tokens=12, temperature=1.0, seed=7)
-    a = sbj.generate(target, PROMPTS, batch_size=4, **kw)
-    b = sbj.generate(target, PROMPTS, batch_size=1, **kw)
-    c = sbj.generate(target, PROMPTS, batch_size=4, **{**kw, "seed": 8})
+    a = sbj.generate(target, PROMPTS, **kw, options=sbj.DecodeOptions(batch_size=4))
+    b = sbj.generate(target, PROMPTS, **kw, options=sbj.DecodeOptions(batch_size=1))
+    c = sbj.generate(target, PROMPTS, **{**kw, "seed": 8}, options=sbj.DecodeOptions(batch_size=4))
     assert [r.token_ids for r in a] == [r.token_ids for r in b]
     assert [r.token_ids for r in a] != [r.token_ids for r in c]
     greedy = sbj.generate(target, PROMPTS, max_new_tokens=12)
-    top1 = sbj.generate(target, PROMPTS, max_new_tokens=12, temperature=1.0, top_k=1, seed=3)
+    top1 = sbj.generate(target, PROMPTS, max_new_tokens=12, seed=3, sampling=sbj.Sampling(temperature=1.0, top_k=1))
     assert [r.token_ids for r in greedy] == [r.token_ids for r in top1]
 
 
@@ -106,7 +107,8 @@ def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_di
     assert compiled_mod.compiled(double, (), jnp.ones(3), warm=slow_warm) == (exe, 0.0) and len(calls) == 1
 
     target = sbj.load_target(hf_dirs["qwen3"][0])
-    plain = [r.token_ids for r in sbj.generate(target, PROMPTS, max_new_tokens=9, batch_size=2, refill=True)]
+    plain = [r.token_ids for r in sbj.generate(target, PROMPTS, max_new_tokens=9,
+                                               options=sbj.DecodeOptions(batch_size=2, refill=True))]
     seen = []  # (name, budgets, warm-up budgets, generated or None, warm-up state copied)
 
     def recording(fn, static, *args, warm=None, **kw):
@@ -126,8 +128,8 @@ def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_di
     monkeypatch.setattr(decode_mod, "compiled", recording)
     monkeypatch.setattr(refill_mod, "compiled", recording)
     compiled_mod.release(0)  # every executable new again
-    static = sbj.generate(target, PROMPTS, max_new_tokens=9, batch_size=4, refill=False)
-    stream = sbj.generate(target, PROMPTS, max_new_tokens=9, batch_size=2, refill=True)
+    static = sbj.generate(target, PROMPTS, max_new_tokens=9, options=sbj.DecodeOptions(batch_size=4, refill=False))
+    stream = sbj.generate(target, PROMPTS, max_new_tokens=9, options=sbj.DecodeOptions(batch_size=2, refill=True))
     assert [r.token_ids for r in static] == [r.token_ids for r in stream] == plain
     assert {"decode", "start", "run", "insert_rows"} <= {name for name, *_ in seen}
     for name, budgets, warm_budgets, generated, fresh in seen:

@@ -14,8 +14,8 @@ from flax import nnx
 
 import specblock_jax as sbj
 from specblock_jax.drafters import draft_vocab
-from specblock_jax.drafters.dflash_train import DFlashTask
-from specblock_jax.drafters.eagle3_train import Eagle3Task
+from specblock_jax.drafters.dflash._train import DFlashTask
+from specblock_jax.drafters.eagle3._train import Eagle3Task
 
 V, KEEP = 32, 20
 
@@ -69,9 +69,11 @@ def test_eagle3_export_import_round_trip(target, eagle, fmt, tmp_path):
     np.testing.assert_allclose(_eagle_logits(loaded, lp, target, tokens),
                                _eagle_logits(drafter, params, target, tokens), rtol=1e-5, atol=1e-5)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
-    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=2)
-    a = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=16, batch_size=2)
-    b = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(loaded, lp), max_new_tokens=16, batch_size=2)
+    ar = sbj.generate(target, prompts, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=2))
+    a = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=16,
+                     options=sbj.DecodeOptions(batch_size=2))
+    b = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(loaded, lp), max_new_tokens=16,
+                     options=sbj.DecodeOptions(batch_size=2))
     assert [r.token_ids for r in b] == [r.token_ids for r in a] == [r.token_ids for r in ar]
     assert [(r.stats.tau, r.stats.target_forwards) for r in b] == [(r.stats.tau, r.stats.target_forwards) for r in a]
 
@@ -167,8 +169,9 @@ def test_independent_speculators_checkpoint_matches_the_reference_forward(target
     ref = _reference_eagle3(w, layer, aux, embeds).numpy()
     np.testing.assert_allclose(ours, ref, atol=1e-4, rtol=1e-4)
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
-    ar = sbj.generate(target, prompts, max_new_tokens=12, batch_size=2)
-    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=12, batch_size=2)
+    ar = sbj.generate(target, prompts, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=2))
+    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=12,
+                        options=sbj.DecodeOptions(batch_size=2))
     assert [r.token_ids for r in spec] == [r.token_ids for r in ar]
 
 
@@ -187,10 +190,10 @@ def test_dflash_export_import_round_trip(target, tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
     for temperature in (0.0, 1.0):  # greedy and sampled: the same draws with the same weights
-        a = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, bundle), max_new_tokens=12, batch_size=2,
-                         temperature=temperature, seed=4)
-        b = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(loaded, lp), max_new_tokens=12, batch_size=2,
-                         temperature=temperature, seed=4)
+        a = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, bundle), max_new_tokens=12, seed=4,
+                         sampling=sbj.Sampling(temperature), options=sbj.DecodeOptions(batch_size=2))
+        b = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(loaded, lp), max_new_tokens=12, seed=4,
+                         sampling=sbj.Sampling(temperature), options=sbj.DecodeOptions(batch_size=2))
         assert [r.token_ids for r in b] == [r.token_ids for r in a]
         assert [(r.stats.tau, r.stats.target_forwards) for r in b] == [
             (r.stats.tau, r.stats.target_forwards) for r in a]

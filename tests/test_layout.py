@@ -135,8 +135,9 @@ def test_a_new_drafter_kind_is_one_module_and_one_register_call(tmp_path, monkey
         assert isinstance(loaded[0], toy.ToyDrafter) and loaded[0].num_nodes == 3
         np.testing.assert_array_equal(np.asarray(loaded[1]["table"]), table)
         prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
-        ar = sbj.generate(target, prompts, max_new_tokens=12, batch_size=2)
-        spec = sbj.generate(target, prompts, drafter=loaded, max_new_tokens=12, batch_size=2)
+        ar = sbj.generate(target, prompts, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=2))
+        spec = sbj.generate(target, prompts, drafter=loaded, max_new_tokens=12,
+                            options=sbj.DecodeOptions(batch_size=2))
         assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
         assert all(s.stats.target_forwards >= 1 for s in spec)
     finally:
@@ -161,7 +162,7 @@ def test_a_drafter_that_breaks_the_tree_contract_gets_a_clear_error():
     target = peaked_tiny_target(24)
     with pytest.raises(ValueError, match=r"ShortTree.propose: DraftTree.valid has shape \(2, 5\), expected \(2, 6\)"):
         sbj.generate(target, [[1, 2], [3]], drafter=sbj.LoadedDrafter(ShortTree(6, 24), ()), max_new_tokens=4,
-                     batch_size=2)
+                     options=sbj.DecodeOptions(batch_size=2))
 
 
 # --- scripts/ and benchmarks/: user tools and study scripts use the library's public face ---------

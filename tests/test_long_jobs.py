@@ -54,7 +54,7 @@ V = 32  # the tiny peaked target's vocabulary (conftest `target`; shared with te
 def eagle3(target):
     import jax
 
-    from specblock_jax.drafters.eagle3_train import Eagle3Task
+    from specblock_jax.drafters.eagle3._train import Eagle3Task
 
     task = Eagle3Task({"num_nodes": 10, "top_k": 3, "depth": 3}, target)
     return task.decoding_drafter(task.init_params(jax.random.key(1)))
@@ -98,8 +98,9 @@ def test_the_adapter_decides_the_same_whatever_the_job_holds_beyond_its_queue(ta
             raise _FirstBatch
 
         try:
-            res = sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, batch_size=2, refill=refill,
-                               adapter=ad, queue=queue, on_batch=stop if first else None)
+            res = sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=16, adapter=ad,
+                               on_batch=stop if first else None,
+                               options=sbj.DecodeOptions(batch_size=2, refill=refill, queue=queue))
         except _FirstBatch:
             res = []
         keep = ("rows", "update", "rolled_back", "predicted_gain", "remaining_tokens")
@@ -114,7 +115,7 @@ def test_the_adapter_decides_the_same_whatever_the_job_holds_beyond_its_queue(ta
     assert alone[cut]["remaining_tokens"] < followed[cut]["remaining_tokens"]
     # the whole call as the queue: the first decision already counts the 6 extra requests
     assert run(job, 0, first=True)[0][0]["remaining_tokens"] < run(more, 0, first=True)[0][0]["remaining_tokens"]
-    ar = sbj.generate(target, job, max_new_tokens=16, batch_size=2)
+    ar = sbj.generate(target, job, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=2))
     assert out == out_more[:len(job)] == [r.token_ids for r in ar]
 
 
@@ -123,7 +124,7 @@ def test_auto_decides_the_same_whatever_the_job_holds_beyond_its_queue(monkeypat
     chunk, a server holding 4 waiting requests: the same options, explorations and re-checks
     until the job's end enters the window."""
     import specblock_jax as sbj
-    import specblock_jax.decoding.auto as auto_mod
+    import specblock_jax.serving.auto as auto_mod
     from specblock_jax.decoding import AutoServe
     from specblock_jax.decoding.job import DecodeOptions, Request
 
@@ -222,7 +223,8 @@ def test_a_measured_update_cost_is_reused_by_the_next_job_of_the_same_shapes(tar
     def run(**settings):
         ad = Adapter(eagle3, AdaptConfig(**{"min_rows": 2, "window": 40, "capacity": 8, "batch_rows": 2,
                                             "eval_rows": 2, "cost_scale": 0.0, **settings}))
-        sbj.generate(target, job, drafter=eagle3, max_new_tokens=16, batch_size=2, refill=False, adapter=ad)
+        sbj.generate(target, job, drafter=eagle3, max_new_tokens=16, adapter=ad,
+                     options=sbj.DecodeOptions(batch_size=2, refill=False))
         return ad, [k for e in ad.events for k in e if k.startswith("calibration")]
 
     first, calibrated = run()
@@ -245,7 +247,8 @@ def _job_run(target, eagle3, **settings):
     job = [rng.integers(0, V, 9).tolist() for _ in range(8)]
     ad = Adapter(eagle3, AdaptConfig(**{"min_rows": 2, "window": 40, "capacity": 8, "batch_rows": 2,
                                         "eval_rows": 2, "cost_scale": 0.0, **settings}))
-    sbj.generate(target, job, drafter=eagle3, max_new_tokens=16, batch_size=2, refill=False, adapter=ad)
+    sbj.generate(target, job, drafter=eagle3, max_new_tokens=16, adapter=ad,
+                 options=sbj.DecodeOptions(batch_size=2, refill=False))
     return ad
 
 

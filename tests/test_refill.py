@@ -12,8 +12,8 @@ import specblock_jax as sbj
 from specblock_jax.decoding import compilation_count
 from specblock_jax.decoding.refill import put_rows
 from specblock_jax.drafters import PromptLookup
-from specblock_jax.drafters.eagle3 import Eagle3Drafter
-from specblock_jax.drafters.eagle3_train import Eagle3Task
+from specblock_jax.drafters.eagle3._model import Eagle3Drafter
+from specblock_jax.drafters.eagle3._train import Eagle3Task
 from specblock_jax.models.kv_cache import KVCache
 from spec_drafters import RandomTreeDrafter
 
@@ -37,7 +37,8 @@ def _job(n=11, seed=0):
 
 def _run(target, drafter, refill, **kw):
     prompts, budgets = _job()
-    res = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=budgets, batch_size=4, refill=refill, **kw)
+    res = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=budgets, **kw,
+                       options=sbj.DecodeOptions(batch_size=4, refill=refill))
     return [r.token_ids for r in res], res
 
 
@@ -58,8 +59,8 @@ def test_greedy_output_is_identical_with_refill_on_and_off(target, eagle3, stop,
     assert {r.stats.finish_reason for r in res} == {"stop", "length"}
     assert max(r.stats.batch for r in res) > 2, "rows must have been refilled"
     prompts, budgets = _job()
-    single = sbj.generate(target, prompts[:3], drafter=drafter, max_new_tokens=budgets[:3], batch_size=1,
-                          refill=False, stop_tokens=stop)
+    single = sbj.generate(target, prompts[:3], drafter=drafter, max_new_tokens=budgets[:3],
+                          options=sbj.DecodeOptions(batch_size=1, stop_tokens=stop, refill=False))
     assert [r.token_ids for r in single] == on[:3]  # what each request gives alone
 
 
@@ -101,10 +102,12 @@ def test_no_new_compilations_across_refills_once_warm(target, eagle3):
         return [rng.integers(0, V, rng.integers(17, 33)).tolist() for _ in budgets], budgets
 
     prompts, budgets = job([1, 1, 30, 5, 17, 9, 2, 26])
-    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=budgets, batch_size=2, refill=True)
+    sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=budgets,
+                 options=sbj.DecodeOptions(batch_size=2, refill=True))
     warm = compilation_count()
     prompts, budgets = job([30, 3, 12, 7, 21, 1, 14, 6, 19, 2])
-    res = sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=budgets, batch_size=2, refill=True)
+    res = sbj.generate(target, prompts, drafter=eagle3, max_new_tokens=budgets,
+                       options=sbj.DecodeOptions(batch_size=2, refill=True))
     assert max(r.stats.batch for r in res) >= 8  # refilled at least 8 times
     assert compilation_count() == warm
 
@@ -125,4 +128,5 @@ def test_put_rows_writes_rows_and_drops_padding():
 def test_refill_under_a_mesh_is_a_clear_error(target):
     mesh = sbj.parallel.make_mesh({"data": 1, "model": 1})
     with pytest.raises(ValueError, match="refill"):
-        sbj.generate(target, [[1, 2], [3]], max_new_tokens=4, batch_size=1, mesh=mesh, refill=True)
+        sbj.generate(target, [[1, 2], [3]], max_new_tokens=4,
+                     options=sbj.DecodeOptions(batch_size=1, mesh=mesh, refill=True))

@@ -94,8 +94,9 @@ def test_archived_rows_are_the_shipped_targets_output(tmp_path, tok, mode):
     settings = json.loads((tmp_path / "settings.json").read_text())
     target = sbj.load_target(ROOT / settings["target"])
     results = sbj.generate(target, [r["prompt_ids"] for r in recs], max_new_tokens=settings["max_new_tokens"],
-                           temperature=0.0 if mode == "greedy" else settings["temperature"], batch_size=16,
-                           seed=batch_seed(settings["seed"], mode, [r["id"] for r in recs]))
+                           seed=batch_seed(settings["seed"], mode, [r["id"] for r in recs]),
+                           sampling=sbj.Sampling(0.0 if mode == "greedy" else settings["temperature"]),
+                           options=sbj.DecodeOptions(batch_size=16))
     for rec, res in zip(recs, results):
         assert list(res.token_ids) == rec["response_ids"], rec["id"]
         assert res.stats.finish_reason == rec["finish_reason"]

@@ -1,5 +1,5 @@
-"""The released SpecBlock drafters (drafters/specblock_released.py) and BlockPilot policy
-(drafters/blockpilot_released.py, `specblock-convert`): tiny checkpoints written by an independent
+"""The released SpecBlock drafters (drafters/specblock/_released.py) and BlockPilot policy
+(drafters/blockpilot/_released.py, `specblock-convert`): tiny checkpoints written by an independent
 writer from the public code (tests/released_reference.py) import, match the reference forward /
 predictor, round-trip identically, and every refusal names its field or reason."""
 
@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 import specblock_jax as sbj
-from specblock_jax.drafters.specblock import block_mask
+from specblock_jax.drafters.specblock._model import block_mask
 
 torch = pytest.importorskip("torch")
 import released_reference as ref  # noqa: E402 (torch first)
@@ -78,8 +78,8 @@ def test_released_specblock_matches_the_reference_forward(target, tmp_path, draf
     # head rows in their (target-id sorted) draft order; d2t maps them back
     assert np.array_equal(np.asarray(loaded.params["d2t"]), np.sort(_draft_ids()))
     prompts = [[1, 2, 3], [4, 5, 6, 7, 8]]
-    ar = sbj.generate(target, prompts, max_new_tokens=12, batch_size=2)
-    spec = sbj.generate(target, prompts, drafter=loaded, max_new_tokens=12, batch_size=2)
+    ar = sbj.generate(target, prompts, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=2))
+    spec = sbj.generate(target, prompts, drafter=loaded, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=2))
     assert [r.token_ids for r in spec] == [r.token_ids for r in ar]
 
 
@@ -149,7 +149,7 @@ def test_the_public_specblock_configs_load_abstractly_at_their_targets(preset, t
     from specblock_jax.aot import load_preset
     from specblock_jax.drafters import hf_format
     from specblock_jax.drafters.common import abstract_model, config_from_meta
-    from specblock_jax.drafters.specblock import SpecBlockConfig, SpecBlockModel
+    from specblock_jax.drafters.specblock._model import SpecBlockConfig, SpecBlockModel
 
     tc = load_preset(preset)
     meta = hf_format.import_meta(tmp_path, ref.PUBLIC_CONFIGS[preset], tc)
@@ -232,7 +232,7 @@ def test_export_refuses_what_the_release_cannot_hold(target, tmp_path, config, b
 
 @pytest.fixture(scope="module")
 def dflash_dir(target, tmp_path_factory):
-    from specblock_jax.drafters.dflash_train import DFlashTask
+    from specblock_jax.drafters.dflash._train import DFlashTask
 
     task = DFlashTask({"num_layers": 1, "block_size": 16, "num_anchors": 3, "mask_token_id": 3}, target)
     params = task.init_params(jax.random.key(1))
@@ -282,8 +282,8 @@ def test_released_blockpilot_policies_we_cannot_compute_are_refused(dflash_dir, 
 
 
 def test_blockpilot_export_refuses_what_their_predictor_cannot_compute():
-    from specblock_jax.drafters.blockpilot import PolicyConfig
-    from specblock_jax.drafters.blockpilot_released import state_from_policy
+    from specblock_jax.drafters.blockpilot._model import PolicyConfig
+    from specblock_jax.drafters.blockpilot._released import state_from_policy
 
     def params(policy, std=1.0):
         dense = lambda i, o: {"kernel": np.ones((i, o), np.float32), "bias": np.zeros((o,), np.float32)}  # noqa: E731

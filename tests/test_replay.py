@@ -11,9 +11,9 @@ import pytest
 import specblock_jax as sbj
 from specblock_jax.adaptation import AdaptConfig, Adapter
 from specblock_jax.adaptation.replay import buffer_spans, replay_tau
-from specblock_jax.drafters.dflash_train import DFlashTask
-from specblock_jax.drafters.eagle3_train import Eagle3Task
-from specblock_jax.drafters.specblock_train import SpecBlockTask
+from specblock_jax.drafters.dflash._train import DFlashTask
+from specblock_jax.drafters.eagle3._train import Eagle3Task
+from specblock_jax.drafters.specblock._train import SpecBlockTask
 
 V = 32
 
@@ -37,8 +37,10 @@ def test_replayed_steps_equal_real_greedy_decoding_for_other_weights(target, kin
     prompts = [rng.integers(0, V, rng.integers(3, 15)).tolist() for _ in range(6)]
     # serve with one weight set, collecting the sequences and features (the adapter never updates)
     ad = Adapter(served, AdaptConfig(cost_scale=1e9, prior_gain=0.0, window=64, capacity=8, min_rows=100))
-    real = {"served": sbj.generate(target, prompts, drafter=served, adapter=ad, max_new_tokens=20, batch_size=6),
-            "other": sbj.generate(target, prompts, drafter=other, max_new_tokens=20, batch_size=6)}
+    real = {"served": sbj.generate(target, prompts, drafter=served, adapter=ad, max_new_tokens=20,
+                                   options=sbj.DecodeOptions(batch_size=6)),
+            "other": sbj.generate(target, prompts, drafter=other, max_new_tokens=20,
+                                  options=sbj.DecodeOptions(batch_size=6))}
     rows = ad.buffer.rows(list(range(6)))
     start, end = buffer_spans(rows["valid"], rows["loss_mask"])
     tokens = np.asarray(rows["tokens"])

@@ -10,10 +10,10 @@ import pytest
 from flax import nnx
 
 import specblock_jax as sbj
-import specblock_jax.drafters.specblock as specblock_module
+import specblock_jax.drafters.specblock._model as specblock_module
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.specblock import SpecBlockDrafter, block_mask, layer_shift, legacy_tree_settings
-from specblock_jax.drafters.specblock_train import SpecBlockTask, block_attention, block_masks, run_blocks
+from specblock_jax.drafters.specblock._model import SpecBlockDrafter, block_mask, layer_shift, legacy_tree_settings
+from specblock_jax.drafters.specblock._train import SpecBlockTask, block_attention, block_masks, run_blocks
 from specblock_jax.models.attention import attend
 from specblock_jax.training.losses import draft_loss
 from specblock_jax.training.losses import rank_loss as specblock_rank_loss
@@ -286,10 +286,10 @@ def test_greedy_specblock_decoding_equals_autoregressive(target, task, settings,
     drafter = SpecBlockDrafter(drafter.config, drafter.graphdef, **{"num_nodes": 12, **settings})
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, V, rng.integers(1, 17)).tolist() for _ in range(8)]  # one bucket
-    ar = sbj.generate(target, prompts, max_new_tokens=16, batch_size=4)
+    ar = sbj.generate(target, prompts, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=4))
     for batch in batches:
         spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, bundle), max_new_tokens=16,
-                            batch_size=batch)
+                            options=sbj.DecodeOptions(batch_size=batch))
         assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
     assert drafter.forwards_per_step == drafter.max_blocks
 

@@ -23,9 +23,10 @@ def _prompts(n, vocab, seed=0, max_len=30):
 @pytest.mark.slow
 def test_greedy_random_trees_equal_autoregressive(small_vocab_target, num_nodes, batch):
     prompts = _prompts(50, V, seed=num_nodes)
-    ar = sbj.generate(small_vocab_target, prompts, max_new_tokens=24, batch_size=8)
+    ar = sbj.generate(small_vocab_target, prompts, max_new_tokens=24, options=sbj.DecodeOptions(batch_size=8))
     drafter = RandomTreeDrafter(num_nodes, V)
-    spec = sbj.generate(small_vocab_target, prompts, drafter=drafter, max_new_tokens=24, batch_size=batch)
+    spec = sbj.generate(small_vocab_target, prompts, drafter=drafter, max_new_tokens=24,
+                        options=sbj.DecodeOptions(batch_size=batch))
     for a, s in zip(ar, spec):
         assert s.token_ids == a.token_ids
     taus = [s.stats.tau for s in spec]
@@ -49,10 +50,10 @@ def test_greedy_prompt_lookup_equals_autoregressive(hf_dirs, num_nodes):
     target = sbj.load_target(hf_dirs["qwen3"][0])
     rng = np.random.default_rng(1)
     prompts = [(rng.integers(0, 128, rng.integers(2, 8)).tolist() * 4)[:30] for _ in range(50)]
-    ar = sbj.generate(target, prompts, max_new_tokens=32, batch_size=10)
+    ar = sbj.generate(target, prompts, max_new_tokens=32, options=sbj.DecodeOptions(batch_size=10))
     for batch in (1, 10) if num_nodes == 8 else (10,):
-        pl = sbj.generate(target, prompts, drafter=PromptLookup(num_nodes=num_nodes),
-                          max_new_tokens=32, batch_size=batch)
+        pl = sbj.generate(target, prompts, drafter=PromptLookup(num_nodes=num_nodes), max_new_tokens=32,
+                          options=sbj.DecodeOptions(batch_size=batch))
         assert [p.token_ids for p in pl] == [a.token_ids for a in ar]
     assert np.mean([p.stats.tau for p in pl]) > 1.5  # the repeats are found and accepted
 
@@ -108,14 +109,15 @@ def test_sampling_matches_the_target_distribution(small_vocab_target, drafts, te
 
 def test_no_recompilation_once_warm(small_vocab_target):
     drafter = RandomTreeDrafter(6, V)
-    sbj.generate(small_vocab_target, _prompts(4, V, 1, 16), drafter=drafter, max_new_tokens=10, batch_size=4)
+    sbj.generate(small_vocab_target, _prompts(4, V, 1, 16), drafter=drafter, max_new_tokens=10,
+                 options=sbj.DecodeOptions(batch_size=4))
     warm = compilation_count()
     for seed in range(3):  # new prompts (same bucket), new seeds, new temperatures
-        sbj.generate(small_vocab_target, _prompts(4, V, seed + 2, 16), drafter=drafter,
-                     max_new_tokens=10, batch_size=4)
+        sbj.generate(small_vocab_target, _prompts(4, V, seed + 2, 16), drafter=drafter, max_new_tokens=10,
+                     options=sbj.DecodeOptions(batch_size=4))
     assert compilation_count() == warm
     sbj.generate(small_vocab_target, _prompts(4, V, 1, 16), drafter=drafter, max_new_tokens=10,
-                 batch_size=4, temperature=0.7)  # sampling is its own (static) verifier
-    sbj.generate(small_vocab_target, _prompts(4, V, 3, 16), drafter=drafter, max_new_tokens=10,
-                 batch_size=4, temperature=1.3, top_p=0.8, seed=4)
+                 sampling=sbj.Sampling(0.7), options=sbj.DecodeOptions(batch_size=4))  # sampling is its own (static) verifier
+    sbj.generate(small_vocab_target, _prompts(4, V, 3, 16), drafter=drafter, max_new_tokens=10, seed=4,
+                 sampling=sbj.Sampling(temperature=1.3, top_p=0.8), options=sbj.DecodeOptions(batch_size=4))
     assert compilation_count() == warm + 1

@@ -10,10 +10,10 @@ import pytest
 import specblock_jax as sbj
 from specblock_jax.decoding import step_profile as sp
 from specblock_jax.decoding.compiled import cached_count, compilation_count
-from specblock_jax.decoding.job import cache_length
+from specblock_jax.models.kv_cache import cache_length
 from specblock_jax.decoding.loop import LoopSpec
-from specblock_jax.drafters.eagle3_train import Eagle3Task
-from specblock_jax.drafters.prompt_lookup import PromptLookup
+from specblock_jax.drafters.eagle3._train import Eagle3Task
+from specblock_jax.drafters.prompt_lookup._model import PromptLookup
 from specblock_jax_cli.infer import bench
 
 V = 8
@@ -114,7 +114,8 @@ def _row(batch, forwards, prof):
 def test_generate_charges_propose_and_update_per_step(target):
     pl = PromptLookup(num_nodes=4)
     prompts = [[1, 2, 3, 4, 5], [4, 5, 6]]  # the shapes profiled above: nothing new to time there
-    res = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12, batch_size=2, profile="all")
+    res = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12,
+                       options=sbj.DecodeOptions(batch_size=2, profile="all"))
     for r in res:
         prof = r.stats.step_profile
         assert {k for k in prof if k.endswith("_ms")} == PHASE_KEYS
@@ -123,11 +124,12 @@ def test_generate_charges_propose_and_update_per_step(target):
             steps * (prof["propose_ms"] + prof["update_ms"]) / 1000)
         assert r.stats.to_dict()["step_profile"] == prof
     before = compilation_count()
-    plain = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12, batch_size=2, profile="draft")
+    plain = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12,
+                         options=sbj.DecodeOptions(batch_size=2, profile="draft"))
     assert compilation_count() == before  # the loop and every phase are warm
     assert plain[0].stats.step_profile is None and "step_profile" not in plain[0].stats.to_dict()
     assert plain[0].stats.draft_time_s == res[0].stats.draft_time_s  # the same cached measurement
-    off = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12, batch_size=2)  # default: off
+    off = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=2))  # default: off
     assert off[0].stats.draft_time_s is None and off[0].token_ids == res[0].token_ids
     with pytest.raises(ValueError, match="profile must be"):
-        sbj.generate(target, prompts, max_new_tokens=2, profile=True)
+        sbj.generate(target, prompts, max_new_tokens=2, options=sbj.DecodeOptions(profile=True))

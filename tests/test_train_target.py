@@ -21,8 +21,8 @@ from safetensors import safe_open
 
 from specblock_jax.models import init_target, load_target
 from specblock_jax.training import lm_data
-from specblock_jax.training.target_task import decay_mask, mean_loss, model_config, target_settings
-from specblock_jax.training.trainer import with_defaults
+from specblock_jax.trainer.target_task import decay_mask, mean_loss, model_config, target_settings
+from specblock_jax.trainer.trainer import with_defaults
 from specblock_jax_cli.train import train_target
 from specblock_jax_cli.train.train_target import load_config, train
 

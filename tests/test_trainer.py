@@ -23,7 +23,7 @@ from specblock_jax.drafters import PromptLookup
 from specblock_jax.drafters import registry
 from specblock_jax.training.regen_dataset import BatchIterator, RegenDataset, is_validation
 from specblock_jax.training.task import parse_settings
-from specblock_jax.training.trainer import (TRAINER_DEFAULTS, lr_schedule, make_optimizer, make_train_step,
+from specblock_jax.trainer.trainer import (TRAINER_DEFAULTS, lr_schedule, make_optimizer, make_train_step,
                                             tau_evaluator, train, with_defaults)
 from specblock_jax_cli.train import cli
 
@@ -226,8 +226,8 @@ def test_metrics_log_eval_checkpoints_export_and_summary(full_run, target):
     assert train_recs[0]["lr"] == pytest.approx(0.025) and train_recs[1]["lr"] == pytest.approx(0.05)
     assert [r["step"] for r in eval_recs] == [6, 12]
     # tau is that of real speculative decoding with the task's drafter
-    expected = [r.stats.tau for r in sbj.generate(target, EVAL_PROMPTS, drafter="prompt_lookup",
-                                                      temperature=0, max_new_tokens=16)]
+    expected = [r.stats.tau for r in sbj.generate(target, EVAL_PROMPTS, drafter="prompt_lookup", max_new_tokens=16,
+                                                  sampling=sbj.Sampling(0))]
     for r in eval_recs:
         assert r["eval_prompts"] == 2
         assert r["eval_tau_mean"] == pytest.approx(np.mean(expected))
@@ -374,7 +374,7 @@ def test_register_refuses_reserved_conflicting_and_malformed_kinds(monkeypatch):
 
 
 def test_kind_settings_are_typed_and_checked(target):
-    from specblock_jax.drafters.eagle3_train import Eagle3Task, Eagle3TrainConfig
+    from specblock_jax.drafters.eagle3._train import Eagle3Task, Eagle3TrainConfig
     s = parse_settings(Eagle3TrainConfig, {"feature_layers": [1, 2, 3], "ttt_decay": 1, "ttt_steps": 3})
     assert s == Eagle3TrainConfig(feature_layers=(1, 2, 3), ttt_decay=1.0, ttt_steps=3)
     with pytest.raises(ValueError, match=r"eagle3: unknown setting\(s\) \['ttt_step'\]"):

@@ -21,7 +21,7 @@ speed`, the default: the prompt's tau at that size / the size's step cost, token
 1; the cost measured in each folder's costs.json, or from `--costs FILE`, e.g. priced for a TPU:
 benchmarks/blockpilot_priced/costs_v5p.json), ties to the size nearest the DFlash drafter's
 training block size (then the smaller). Features are computed from the target's prefill logits
-(`specblock_jax.drafters.blockpilot_train.prefill_features`). The policy trains as the registered
+(`specblock_jax.drafters.blockpilot._train.prefill_features`). The policy trains as the registered
 "blockpilot" task (`BlockPilotTask`) through the one trainer: full-batch AdamW (constant `--lr`,
 betas 0.9 / 0.999, weight decay 0.05 on every parameter) with dropout on the train labels for
 `--steps` steps, evaluated every 100 steps and at the end on the oracle labels of
@@ -42,14 +42,14 @@ import numpy as np
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax.decoding.job import encode_prompts
-from specblock_jax.decoding.prompt_profile import median_step_profile
-from specblock_jax.decoding.prompts import read_prompts
+from specblock_jax.training.prompts import encode_prompts
+from specblock_jax.serving.prompt_profile import median_step_profile
+from specblock_jax.training.prompts import read_prompts
 from specblock_jax.decoding.step_profile import step_ms
 from specblock_jax.drafters import registry
-from specblock_jax.drafters.blockpilot_labels import read_labels
-from specblock_jax.drafters.blockpilot_train import PolicyData, prefill_features
-from specblock_jax.training.trainer import train
+from specblock_jax.drafters.blockpilot._labels import read_labels
+from specblock_jax.drafters.blockpilot._train import PolicyData, prefill_features
+from specblock_jax.trainer.trainer import train
 
 
 def _done(path: Path) -> set[str]:
@@ -90,8 +90,9 @@ def write_labels(target, dflash_dir, records: list[dict], sizes: list[int], out:
         bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=f"block {size}")
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
-            res = sbj.generate(target, [r["prompt"] for r in part], drafter=drafter, temperature=temperature,
-                               max_new_tokens=max_new_tokens, seed=seed, batch_size=batch_size)
+            res = sbj.generate(target, [r["prompt"] for r in part], drafter=drafter, max_new_tokens=max_new_tokens,
+                               seed=seed, sampling=sbj.Sampling(temperature),
+                               options=sbj.DecodeOptions(batch_size=batch_size))
             with path.open("a") as f:
                 f.write("".join(json.dumps({"id": r["id"], "tau": g.stats.tau,
                                             "forwards": g.stats.target_forwards,

@@ -4,8 +4,8 @@
     specblock-train <kind> --config configs/drafters/<kind>.yaml [key=value ...]
     specblock-train blockpilot {labels,train} [--config configs/drafters/blockpilot.yaml] [...]
 
-Every run goes through the one trainer (`specblock_jax.training.trainer.train`). `target` runs
-`train.train_target` (the target's task, `specblock_jax.training.target_task`); `blockpilot` runs
+Every run goes through the one trainer (`specblock_jax.trainer.trainer.train`). `target` runs
+`train.train_target` (the target's task, `specblock_jax.trainer.target_task`); `blockpilot` runs
 `train.blockpilot` (its labels, and its policy's registered task, with their options as they are).
 Any other kind is a drafter kind with a training task in the drafter registry
 (`specblock_jax.drafters.registry`). For a drafter kind the config is the YAML
@@ -47,7 +47,7 @@ from specblock_jax import parallel, read_prompts
 from specblock_jax.training.regen_dataset import BatchIterator, build_tfds
 from specblock_jax.drafters import draft_vocab, registry
 from specblock_jax.drafters.io import record_chat
-from specblock_jax.training.trainer import TRAINER_DEFAULTS, tau_evaluator, train
+from specblock_jax.trainer.trainer import TRAINER_DEFAULTS, tau_evaluator, train
 
 from . import train_target
 

@@ -25,8 +25,9 @@ from pathlib import Path
 from safetensors.numpy import load_file
 
 import specblock_jax as sbj
-from specblock_jax.drafters import blockpilot_released, specblock_released
-from specblock_jax.drafters.blockpilot import PolicyConfig, save_blockpilot
+from specblock_jax.drafters.specblock import _released as specblock_released
+from specblock_jax.drafters.blockpilot import _released as blockpilot_released
+from specblock_jax.drafters.blockpilot._model import PolicyConfig, save_blockpilot
 
 
 def _torch():

@@ -49,7 +49,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax.decoding.job import encode_prompts
+from specblock_jax.training.prompts import encode_prompts
 from specblock_jax.training import chat
 from specblock_jax.training.regen_dataset import MODES, build_tfds, built_splits, read_records
 
@@ -187,11 +187,10 @@ def run_mode(target: sbj.Target, mode: str, todo: list[dict], args: argparse.Nam
         for start in range(0, len(todo), args.batch_size):
             batch = todo[start:start + args.batch_size]
             t0 = time.perf_counter()
-            results = sbj.generate(
-                target, [r["prompt_ids"] for r in batch], temperature=temp, top_k=top_k, top_p=top_p,
-                max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                seed=batch_seed(args.seed, mode, [r["id"] for r in batch]), mesh=args.mesh_obj,
-            )
+            results = sbj.generate(target, [r["prompt_ids"] for r in batch], max_new_tokens=args.max_new_tokens,
+                                   seed=batch_seed(args.seed, mode, [r["id"] for r in batch]),
+                                   sampling=sbj.Sampling(temperature=temp, top_k=top_k, top_p=top_p),
+                                   options=sbj.DecodeOptions(batch_size=args.batch_size, mesh=args.mesh_obj))
             compile_s = results[0].stats.compile_s
             times["compile_s"] += compile_s
             times["run_s"] += time.perf_counter() - t0 - compile_s

@@ -87,10 +87,10 @@ def run_chat_mode(target: sbj.Target, tok, fmt: chat.ChatFormat, mode: str, todo
             for start in range(0, len(prompts), args.batch_size):
                 batch = prompts[start:start + args.batch_size]
                 t0 = time.perf_counter()
-                results = sbj.generate(target, [ids for _, ids in batch], temperature=temp, top_k=top_k,
-                                       top_p=top_p, max_new_tokens=args.max_new_tokens,
-                                       batch_size=args.batch_size, seed=seed_fn(mode, [c for c, _ in batch]),
-                                       mesh=args.mesh_obj)
+                results = sbj.generate(target, [ids for _, ids in batch], max_new_tokens=args.max_new_tokens,
+                                       seed=seed_fn(mode, [c for c, _ in batch]),
+                                       sampling=sbj.Sampling(temperature=temp, top_k=top_k, top_p=top_p),
+                                       options=sbj.DecodeOptions(batch_size=args.batch_size, mesh=args.mesh_obj))
                 compile_s = results[0].stats.compile_s
                 times["compile_s"] += compile_s
                 times["run_s"] += time.perf_counter() - t0 - compile_s

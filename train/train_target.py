@@ -4,8 +4,8 @@
     python -m train.train_target --config configs/target/reference.yaml [key=value ...]
 
 Overrides are typed by the YAML default's type; the YAML sets every key. The run is
-`specblock_jax.training.target_task.TargetTask` through the one trainer
-(`specblock_jax.training.trainer.train`): AdamW with warmup and cosine decay over `max_steps`,
+`specblock_jax.trainer.target_task.TargetTask` through the one trainer
+(`specblock_jax.trainer.trainer.train`): AdamW with warmup and cosine decay over `max_steps`,
 stopping at `max_steps` or when the run's wall time reaches `time_budget_min`.
 
 The run directory (default `runs/target/<name>/`) holds `metrics.jsonl`, orbax checkpoints (params,
@@ -24,8 +24,8 @@ from typing import Any, Sequence
 
 import yaml
 
-from specblock_jax.training.target_task import TargetTask, target_settings
-from specblock_jax.training.trainer import train as run_trainer
+from specblock_jax.trainer.target_task import TargetTask, target_settings
+from specblock_jax.trainer.trainer import train as run_trainer
 
 
 def parse_override(key: str, text: str, default: Any) -> Any:

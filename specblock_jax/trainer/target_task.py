@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-import specblock_jax as sbj
+from specblock_jax.decoding import generate
 from specblock_jax.models import (ModelConfig, RopeConfig, Target, abstract_target, apply, causal_mask,
                                   init_target, load_target, load_tokenizer, save_target)
 from specblock_jax.training import lm_data
@@ -192,7 +192,7 @@ class TargetTask:
         s = self.settings
         prompts = [json.loads(line) for line in Path(s.prompts).read_text().splitlines()
                    if line.strip()][:s.num_samples]
-        results = sbj.generate(target, [p["prompt"] for p in prompts], max_new_tokens=s.sample_tokens)
+        results = generate(target, [p["prompt"] for p in prompts], max_new_tokens=s.sample_tokens)
         with open(self.run_dir / "samples.jsonl", "w") as f:
             for p, r in zip(prompts, results):
                 f.write(json.dumps({"id": p["id"], "prompt": p["prompt"], "completion": r.text}) + "\n")

@@ -47,7 +47,8 @@ import optax
 import orbax.checkpoint as ocp
 from tqdm import tqdm
 
-import specblock_jax as sbj
+from specblock_jax.decoding import DecodeOptions, Sampling, generate
+from specblock_jax.models.target import Target
 from specblock_jax import parallel
 from specblock_jax.parallel.training import TrainLayout
 from specblock_jax.drafters.base import DrafterTask
@@ -163,7 +164,7 @@ def train_step_fn(task: TrainTask, tx: optax.GradientTransformation) -> Callable
 
 # ----------------------------------------------------------------------------------- eval
 
-def evaluate_tau(task: DrafterTask, params: Any, target: sbj.Target,
+def evaluate_tau(task: DrafterTask, params: Any, target: Target,
                  prompts: Sequence[str | Sequence[int]], cfg: Mapping[str, Any],
                  mesh: Any = None) -> dict[str, Any]:
     """Greedy speculative decoding of `prompts` with the task's drafter; tau statistics.
@@ -175,14 +176,14 @@ def evaluate_tau(task: DrafterTask, params: Any, target: sbj.Target,
     """
     start = time.perf_counter()
     if mesh is None:
-        results = sbj.generate(target, list(prompts), drafter=task.decoding_drafter(params),
-                               temperature=0.0, max_new_tokens=cfg["eval_max_new_tokens"],
-                               batch_size=min(cfg["eval_batch_size"], len(prompts)))
+        results = generate(target, list(prompts), drafter=task.decoding_drafter(params),
+                               max_new_tokens=cfg["eval_max_new_tokens"], sampling=Sampling(0.0),
+                               options=DecodeOptions(batch_size=min(cfg["eval_batch_size"], len(prompts))))
     else:
         mine = parallel.host_shard(list(prompts))
-        results = sbj.generate(target, mine, drafter=task.decoding_drafter(params), mesh=mesh,
-                               temperature=0.0, max_new_tokens=cfg["eval_max_new_tokens"],
-                               batch_size=cfg["eval_batch_size"])
+        results = generate(target, mine, drafter=task.decoding_drafter(params),
+                               max_new_tokens=cfg["eval_max_new_tokens"], sampling=Sampling(0.0),
+                               options=DecodeOptions(batch_size=cfg["eval_batch_size"], mesh=mesh))
     taus = [r.stats.tau for r in results if r.stats.tau is not None]
     if mesh is not None and jax.process_count() > 1:
         taus = parallel.host_gather_floats(taus)
@@ -191,7 +192,7 @@ def evaluate_tau(task: DrafterTask, params: Any, target: sbj.Target,
             "eval_prompts": len(taus), "eval_s": time.perf_counter() - start}
 
 
-def tau_evaluator(task: DrafterTask, target: sbj.Target, prompts: Sequence[str | Sequence[int]],
+def tau_evaluator(task: DrafterTask, target: Target, prompts: Sequence[str | Sequence[int]],
                   cfg: Mapping[str, Any], mesh: Any = None) -> Callable[[Any], dict] | None:
     """The `evaluate` of a drafter run: params -> `evaluate_tau` over `prompts` (None, no
     evaluation, when there are none). mesh: as `train`'s."""

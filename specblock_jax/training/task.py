@@ -13,7 +13,7 @@ its task's builder as the `task` of its registry entry (`specblock_jax.drafters.
 
     class Eagle3Task:                       # implements DrafterTask
         Settings = Eagle3TrainConfig
-        def __init__(self, settings: Eagle3TrainConfig | Mapping, target: sbj.Target): ...
+        def __init__(self, settings: Eagle3TrainConfig | Mapping, target: Target): ...
 
 `specblock-train eagle3 --config configs/drafters/eagle3.yaml` splits the YAML into the run and
 trainer keys (train/cli.py, trainer.py) and the kind's keys, which `parse_settings` turns into
@@ -42,14 +42,12 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import jax
 
+from specblock_jax.models.target import Target
 from specblock_jax.models.transformer import apply, causal_mask, positions_from_valid
-
-if TYPE_CHECKING:
-    import specblock_jax as sbj
 
 
 class TrainTask(Protocol):
@@ -65,7 +63,7 @@ class TrainTask(Protocol):
     def export(self, params, out_dir: str) -> dict[str, Any] | None: ...  # the trained model's folder
 
 
-def frozen_target_outputs(target: "sbj.Target", params, batch: dict[str, jax.Array],
+def frozen_target_outputs(target: Target, params, batch: dict[str, jax.Array],
                           hidden_ids: tuple[int, ...], logits: bool = True):
     """The frozen target over a training batch (inside a `loss_fn`): (hidden [B, T, n, H] at
     `hidden_ids`, logits [B, T, V] or None), under stop_gradient."""
