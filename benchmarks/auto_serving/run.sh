@@ -17,7 +17,7 @@ H="--prompts assets/prompts/heldout.jsonl --limit 200"
 bench $H --temperatures 0 --batch-size 1 --methods ar,$E,auto:$E,auto:$S,$D,auto:$D,$S,$S:rank_tree=false \
   --out-dir $OUT/heldout200_T0_b1
 # 2. T = 1 at batch 1, and batch 4 at T = 0 and 1, where no drafter pays
-#    (benchmarks/adaptation_indomain): target-only and the auto variants only.
+#    (adaptation_indomain, docs/findings.md): target-only and the auto variants only.
 A=ar,auto:$E,auto:$S,auto:$D
 bench $H --temperatures 1 --batch-size 1 --methods $A --out-dir $OUT/heldout200_T1_b1
 bench $H --temperatures 0,1 --batch-size 4 --methods $A --out-dir $OUT/heldout200_b4

@@ -1,14 +1,14 @@
 """Issue 40 item 5: the comparison tables and the targets, from the three runs of run.sh.
 
-    .venv/bin/python benchmarks/seed_claims/summary.py [outputs/benchmarks/seed_claims] > benchmarks/seed_claims/results.md
-    .venv/bin/python benchmarks/seed_claims/summary.py outputs/benchmarks/seed_claims_vpall vpall_ > benchmarks/seed_claims/results_vpall.md
-    .venv/bin/python benchmarks/seed_claims/summary.py outputs/benchmarks/seed_claims2 run2_ > benchmarks/seed_claims/results_run2.md
+    .venv/bin/python benchmarks/seed_claims/summary.py [outputs/benchmarks/seed_claims]
+
+prints the tables of results.md (its "Tables" section; the reading above them is written by hand).
 
 Reads each prompt set's results.json (written by `specblock-bench`) and prints, per set and per
 (temperature, batch size) group, one row per method with the issue's columns, then the targets
 checked at T = 0, batch 1. Also copies each run's rows (token ids dropped) to
 benchmarks/seed_claims/<TAG><set>.json.gz (gzipped), so the rows behind the tables stay in the repository (TAG, the second
-argument, keeps a later run's copies apart: "vpall_" for the prefix_norm=all rerun).
+argument, keeps another run's copies apart; the committed copies have none).
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ LABELS = {"ar": "target-only", "prompt_lookup": "prompt lookup", "assets/drafter
           "assets/drafters/dflash-plateau": "DFlash 8 (trained to the stopping rule)",
           "assets/drafters/blockpilot": "BlockPilot (CPU labels)",
           "assets/drafters/blockpilot-v5p": "BlockPilot (v5p-priced labels)"}
-# a later run's folders under the same paths: since 2026-12-05 assets/drafters/specblock-data holds the
-# prefix_norm=all retrain (the first run's "specblock-data-all")
-RELABEL = {"run2_": {"assets/drafters/specblock-data": "SpecBlock (data-matched, prefix_norm=all)"}}
+# since 2026-12-05 assets/drafters/specblock-data holds the prefix_norm=all retrain (the first run's
+# "specblock-data-all"; tag "run1_" labels that run's folders as they were, docs/findings.md)
+LABELS["assets/drafters/specblock-data"] = "SpecBlock (data-matched, prefix_norm=all)"
+RELABEL = {"run1_": {"assets/drafters/specblock-data": "SpecBlock (data-matched)"}}
 DROP = ("token_ids", "texts", "taus", "batch_tokens_per_s")  # the copies stay small
 
 
@@ -122,8 +123,7 @@ def main(argv: list[str]) -> None:
     set_tag(tag)
     runs = load(root)
     print("# The seeds' claims: one comparison, measured on this CPU and priced for v5p (issue 40, item 5)\n")
-    script = "run2.sh" if tag == "run2_" else "run.sh"
-    print(f"Made by `sh benchmarks/seed_claims/{script}` (commands and settings in its header), tables by "
+    print("Made by `sh benchmarks/seed_claims/run.sh` (commands and settings in its header), tables by "
           "`python benchmarks/seed_claims/summary.py`. Priced columns are **estimates, not measurements**: "
           "acceptance (tau of the run) from the miniature target here, step costs from the TPU compiler at "
           "Qwen3-8B shapes on v5p:2x2x1 (context 2048 + 128). CPU columns are measured on the 2-core CPU.\n")

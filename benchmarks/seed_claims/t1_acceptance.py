@@ -1,4 +1,4 @@
-"""Why every drafter's tau falls to ~1.5 at T = 1 (results_run2.md): the ceiling the miniature target
+"""Why every drafter's tau falls to ~1.5 at T = 1 (results.md): the ceiling the miniature target
 itself sets.
 
     .venv/bin/python benchmarks/seed_claims/t1_acceptance.py [--limit 32] [--max-new-tokens 128]

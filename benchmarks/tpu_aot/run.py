@@ -36,7 +36,8 @@ METHODS = [
     ("DFlash block 8", "dflash", None, 8),
     ("DFlash block 16", "dflash", None, 16),
 ]
-# tau measured on the embedded default: benchmarks/methods_v2/results.json, run "heldout" (T=0,
+# tau measured on the embedded default: methods_v2's results.json (retired study, in git at cbc5fde:
+# docs/findings.md), run "heldout" (T=0,
 # batch 1, tau_mean = mean tokens committed per target forward, bonus included); the 90-node
 # SpecBlock tree from its run "heldout_calibrated". None: no measured tau at that setting.
 TAU = {"target-only": 1.0, "prompt lookup": 4.09, "EAGLE-3 tree 16": 3.432, "SpecBlock shipped tree 16": 1.671,

@@ -45,7 +45,8 @@ python benchmarks/tpu_aot/tables.py > benchmarks/tpu_aot/results.md   # this fil
   (`data=8` on 8 chips), the project's training plan.
 - **Priced speedup** = tau x priced target_step / priced step of the method, tau = mean tokens
   committed per target forward (bonus included) measured on the embedded default (target v2, 12
-  layers) at T = 0, batch 1: `benchmarks/methods_v2/results.json`, run "heldout" (prompt lookup
+  layers) at T = 0, batch 1: methods_v2's `results.json` (2026-12-02; retired, in git at cbc5fde:
+  `docs/findings.md`), run "heldout" (prompt lookup
   4.09, EAGLE-3 16-node tree 3.432, SpecBlock shipped tree 1.671, DFlash block 8 2.038) and run
   "heldout_calibrated" (SpecBlock 90-node tree 1.92). Acceptance from the miniature, costs from
   the compiler at Qwen3-8B shapes; methods with no measured tau at that setting (EAGLE-3 chain,
