@@ -88,10 +88,11 @@ from tqdm import tqdm
 
 import specblock_jax as sbj
 from specblock_jax import read_prompts
-from specblock_jax.serving.calibrate import GRIDS, calibrate, default_grid, with_setting
 from specblock_jax.decoding.compiled import cached_count, release
-from specblock_jax.serving.methods import resolve_drafter, split_adapt
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
+from specblock_jax.drafters import registry
+from specblock_jax.serving.calibrate import calibrate, default_grid, with_setting
+from specblock_jax.serving.methods import Method, split_adapt, weightless_kinds
 
 from .bench_price import PriceSpec, Pricer, price_all
 from .bench_report import closing_lines, compare, replot, table, write_results
@@ -99,10 +100,9 @@ from .decode import DEFAULT_TARGET, cli_method, make_adapter
 from .labels import method_label
 
 
-def drafter_forwards_per_step(drafter) -> int:
+def drafter_forwards_per_step(served: Method) -> int:
     """Drafter forwards per decoding step (0 for ar and prompt lookup; an auto method's drafter's)."""
-    resolved = resolve_drafter(drafter.loaded if isinstance(drafter, sbj.decoding.AutoServe) else drafter)
-    return 0 if resolved is None else int(getattr(resolved.drafter, "forwards_per_step", 0))
+    return 0 if served.drafter is None else int(getattr(served.drafter.drafter, "forwards_per_step", 0))
 
 
 def split_calibrate(method: str) -> tuple[str, bool]:
@@ -138,23 +138,23 @@ def split_oracle(method: str) -> tuple[str, str | None]:
     return ":".join(keep), folder
 
 
-def oracle_method(drafter, folder: str, target, method: str):
-    """The routing drafter `drafter` with each request routed to its label's best size
+def oracle_method(served: Method, folder: str, target, method: str) -> Method:
+    """The routing drafter of `served` with each request routed to its label's best size
     (`specblock_jax.drafters.blockpilot._labels.oracle_table`: measured speed, ties to the training
     block size)."""
     from specblock_jax.training.prompts import encode_prompts
     from specblock_jax.serving.routed import TableRoutes, is_routing
     from specblock_jax.drafters.blockpilot._labels import oracle_table
 
-    inner, params = drafter if isinstance(drafter, sbj.LoadedDrafter) else (drafter, ())
-    if not is_routing(inner):
+    inner, params = served.drafter if served.drafter is not None else (None, ())
+    if not is_routing(inner) or served.auto is not None:
         raise SystemExit(f"--methods: {method!r}: oracle= routes a BlockPilot drafter; this one does not route")
     try:
         table = oracle_table(Path(folder), lambda texts: encode_prompts(target, texts), inner.policy.sizes,
                               inner.dflash.config.block_size)
     except (OSError, ValueError, KeyError) as e:
         raise SystemExit(f"--methods: {method!r}: {e}") from None
-    return sbj.LoadedDrafter(TableRoutes(inner, table, name=f"oracle={folder}"), params)
+    return Method(method, sbj.LoadedDrafter(TableRoutes(inner, table, name=f"oracle={folder}"), params))
 
 
 def profile_summary(results) -> dict:
@@ -212,31 +212,31 @@ def prepare_method(target, method, temperature, batch_size, args, cal_prompts: l
     base, calib = split_calibrate(method)
     base, adapt = split_adapt(base)
     base, oracle = split_oracle(base)
-    drafter = cli_method(base, target)
+    served = cli_method(base, target)
     if oracle is not None:
         if calib or adapt is not None:
             raise SystemExit(f"--methods: {method!r}: an oracle method neither calibrates nor adapts")
-        drafter = oracle_method(drafter, oracle, target, method)
+        served = oracle_method(served, oracle, target, method)
     calibration = None
-    if isinstance(drafter, sbj.decoding.AutoServe) and (calib or adapt is not None):
+    if served.auto is not None and (calib or adapt is not None):
         raise SystemExit(f"--methods: {method!r}: an auto: method neither calibrates nor adapts")
     if calib:
         print(f"calibrating {method_label(method)} on {len(cal_prompts)} prompts "
               f"(T={temperature:g}, batch {batch_size})", flush=True)
         try:
-            own = default_grid(resolve_drafter(drafter).drafter)
+            own = default_grid(served.drafter.drafter)
             grid = {k: args.calibrate_grid.get(k, v) for k, v in own.items()}
-            calibration = calibrate(target, drafter, cal_prompts, grid, max_new_tokens=args.max_new_tokens,
+            calibration = calibrate(target, served.drafter, cal_prompts, grid, max_new_tokens=args.max_new_tokens,
                                     batch_size=batch_size, temperature=temperature, seed=args.seed,
                                     verify_timing=False)
         except ValueError as e:
             raise SystemExit(f"--methods: {method!r}: {e}") from None
         calibration["prompts"] = len(cal_prompts)
-        drafter = with_setting(drafter, calibration["best"])
+        served = Method(served.name, with_setting(served.drafter, calibration["best"]))
     adapter = None
     if adapt is not None:
-        adapter = make_adapter(method, drafter, ",".join(filter(None, [args.adapt_settings, adapt])))
-    return {"method": method, "drafter": drafter, "calibration": calibration, "adapter": adapter}
+        adapter = make_adapter(method, served, ",".join(filter(None, [args.adapt_settings, adapt])))
+    return {"method": method, "served": served, "calibration": calibration, "adapter": adapter}
 
 
 def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, start: int = 0,
@@ -248,7 +248,7 @@ def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, s
     results = [] if results is None else results
     offset = 1 + max((r.stats.batch for r in results), default=-1)
     label = f"T={temperature:g} b={batch_size} {method_label(prep['method'])}{note}"
-    keys = None if isinstance(prep["drafter"], sbj.decoding.AutoServe) else range(start, start + len(prompts))
+    keys = None if prep["served"].auto is not None else range(start, start + len(prompts))
     with tqdm(total=len(prompts), desc=label, unit="prompt", file=sys.stdout, leave=True) as bar:
         done = {"tokens": 0, "wall": 0.0, "batches": set()}
 
@@ -260,10 +260,11 @@ def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, s
             bar.update(len(batch))
             bar.set_postfix_str(f"{done['tokens'] / max(done['wall'], 1e-9):.0f} tok/s")
 
-        new = sbj.generate(target, prompts, drafter=prep["drafter"], max_new_tokens=args.max_new_tokens,
-                           seed=args.seed, adapter=prep["adapter"], on_batch=on_batch,
-                           sampling=sbj.Sampling(temperature),
-                           options=sbj.DecodeOptions(batch_size=batch_size, profile="all", refill=False if args.no_refill else None, key_index=keys, queue=args.queue))
+        options = sbj.DecodeOptions(batch_size=batch_size, profile="all", refill=False if args.no_refill else None,
+                                    key_index=keys, queue=args.queue)
+        new = prep["served"].generate(target, prompts, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                                      adapter=prep["adapter"], on_batch=on_batch, sampling=sbj.Sampling(temperature),
+                                      options=options)
     for r in new:
         r.stats.batch += offset
     results += new
@@ -312,7 +313,7 @@ def run_rounds(target, prompts, methods, temperature, batch_size, args,
         raise
     if pricer is not None:
         for prep, row in zip(preps, rows):
-            row.update(pricer.row(prep["drafter"], row["tau_run"], batch_size))
+            row.update(pricer.row(prep["served"], row["tau_run"], batch_size))
     return rows
 
 
@@ -336,7 +337,7 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
               rounds: list[tuple[int, float]]) -> dict:
     """A method's results.json row from all its results (in prompt order) and its (new tokens,
     seconds) per round."""
-    method, drafter, calibration, adapter = prep["method"], prep["drafter"], prep["calibration"], prep["adapter"]
+    method, served, calibration, adapter = prep["method"], prep["served"], prep["calibration"], prep["adapter"]
     batches: dict[int, dict] = {}  # per batch: loop wall time, tokens, drafting time, compile time
     for r in results:
         b = batches.setdefault(r.stats.batch, {"wall": r.stats.total_time_s, "tokens": 0,
@@ -356,7 +357,7 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
     prof = profile_summary(results)
     tau_median = float(np.median(taus))
     tau_run = sum(len(r.token_ids) - 1 for r in results) / max(sum(r.stats.target_forwards - 1 for r in results), 1)
-    is_ar = not isinstance(drafter, sbj.decoding.AutoServe) and resolve_drafter(drafter) is None
+    is_ar = served.auto is None and served.drafter is None
     draft_step, verify_step, ideal = step_figures(prof, tau_run, is_ar)
     return {
         "method": method, "temperature": temperature, "batch_size": batch_size, "prompts": len(results), "new_tokens": tokens,
@@ -367,7 +368,7 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
         "tau_mean": float(np.mean(taus)), "tau_run": tau_run,
         "target_forwards": int(sum(r.stats.target_forwards for r in results)),
         "draft_s_per_token": draft / draft_tokens if draft_tokens else None,  # None: no batch profiled
-        "draft_forwards_per_token": drafter_forwards_per_step(drafter) * sum(
+        "draft_forwards_per_token": drafter_forwards_per_step(served) * sum(
             r.stats.target_forwards for r in results) / tokens,
         "draft_share": draft / draft_wall if draft_wall else None,
         "compile_s": float(sum(b["compile"] for b in batches.values()))
@@ -381,8 +382,8 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
         "calibration": calibration,
         "adapt": adapter.summary() if adapter is not None else None,
         "adapt_events": adapter.events if adapter is not None else None,
-        "auto": drafter.summary() if isinstance(drafter, sbj.decoding.AutoServe) else None,
-        "auto_events": drafter.events if isinstance(drafter, sbj.decoding.AutoServe) else None,
+        "auto": served.auto.summary() if served.auto is not None else None,
+        "auto_events": served.auto.events if served.auto is not None else None,
         "token_ids": [r.token_ids for r in results],
         "texts": [r.text for r in results],
     }
@@ -446,7 +447,7 @@ def parse_args(argv=None):
 
 def parse_grid(items: list[str]) -> dict[str, tuple[int, ...]]:
     """['num_nodes=8,16', 'depth=3'] -> {"num_nodes": (8, 16), "depth": (3,)}; SystemExit on a bad item."""
-    knobs = {k for grid in GRIDS.values() for k in grid}
+    knobs = {k for kind in registry.kinds() for k in (registry.get(kind).grid or {})}
     grid = {}
     for item in items:
         key, _, values = item.partition("=")
@@ -484,20 +485,6 @@ def calibration_split(records: list[dict], args, calibrating: bool) -> tuple[lis
     return cal, measured
 
 
-def warn_map_limit(methods: list[str], path: str = "/proc/sys/vm/max_map_count") -> str | None:
-    """A warning when the kernel's memory-map limit is low for this many methods: XLA:CPU maps each
-    executable's code in many small sections, and a held-out bench with 8 methods (about 60k maps)
-    ended on "LLVM compilation error: Cannot allocate memory" at Linux's default of 65,530."""
-    try:
-        limit = int(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-    if limit >= 262144 or len(methods) <= 4:
-        return None
-    return (f"warning: vm.max_map_count is {limit}; XLA:CPU may run out of code memory with {len(methods)} "
-            "methods in one group (raise it: sysctl -w vm.max_map_count=262144, or run fewer methods)")
-
-
 def main(argv=None) -> int:
     if argv is None and len(sys.argv) == 3 and sys.argv[1] == "--replot":  # redraw a finished run
         replot(Path(sys.argv[2]))
@@ -510,10 +497,8 @@ def main(argv=None) -> int:
     methods = ["ar"] + [m for m in methods if m != "ar"]
     if args.adapt:
         methods = [v for m in methods for v in
-                   ([m, m + ":adapt=true"] if split_adapt(m)[0].split(":")[0] not in ("ar", "prompt_lookup")
+                   ([m, m + ":adapt=true"] if split_adapt(m)[0].split(":")[0] not in ("ar", *weightless_kinds())
                     and split_adapt(m)[1] is None else [m])]
-    if (warning := warn_map_limit(methods)) is not None:
-        print(warning, file=sys.stderr, flush=True)
     for m in methods:
         cli_method(split_adapt(split_calibrate(m)[0])[0])  # fail fast on an unknown method
     pricer = (Pricer(PriceSpec.parse(args.price, args.price_context, args.max_new_tokens), args.price_cache)

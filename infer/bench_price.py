@@ -39,8 +39,7 @@ import json
 from pathlib import Path
 
 import specblock_jax
-from specblock_jax.serving.auto import AutoServe
-from specblock_jax.decoding.drafter_arg import drafter_kind, resolve_drafter
+from specblock_jax.serving.methods import Method
 
 PRICED_KEYS = ("priced_step_ms", "priced_speedup", "priced_draft_ms_per_token")
 
@@ -77,19 +76,18 @@ class PriceSpec:
                 "against published TPU measurements it priced steps fast (benchmarks/tpu_validation/).")
 
 
-def method_shape(drafter) -> dict | None:
+def method_shape(drafter: Method) -> dict | None:
     """How the bench's method drafts, in `aot.price_method`'s terms: {"method": kind with its
     ':key=value' tree settings, "nodes" or "block": its size}; {"method": "ar"} for target-only;
     None for an `auto:` method (it switches between options: no one step to price). The drafter is
     sized as released for the preset (`aot.released_drafter`); only the tree or block size and
     EAGLE-3's top_k/depth come from the bench's method."""
-    if isinstance(drafter, AutoServe):
+    if drafter.auto is not None:
         return None
-    loaded = resolve_drafter(drafter)
-    if loaded is None:
+    if drafter.drafter is None:
         return {"method": "ar"}
-    d = loaded.drafter
-    kind = drafter_kind(d)
+    d = drafter.drafter.drafter
+    kind = d.kind
     if kind in ("dflash", "blockpilot"):  # BlockPilot drafts at routed sizes <= its DFlash's block: priced at that
         return {"method": kind, "block": int(d.num_nodes)}
     knobs = f":top_k={d.top_k}:depth={d.depth}" if kind == "eagle3" else ""

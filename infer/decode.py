@@ -35,6 +35,7 @@ resumed job loads it and continues adapting. Each record's stats carry its batch
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -160,14 +161,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def make_adapter(method: str, drafter, settings: str):
+def make_adapter(method: str, served: methods.Method, settings: str):
     """An Adapter for a resolved drafter method, or a clear exit for one that cannot adapt."""
     from specblock_jax.adaptation import AdaptConfig, Adapter
 
-    if not isinstance(drafter, sbj.LoadedDrafter):
+    if served.drafter is None or served.auto is not None:
         raise SystemExit(f"adaptation: method {method!r} has no trainable drafter")
     try:
-        return Adapter(drafter, AdaptConfig.parse(settings))
+        return Adapter(served.drafter, AdaptConfig.parse(settings))
     except ValueError as e:
         raise SystemExit(f"adaptation ({method!r}): {e}") from None
 
@@ -201,7 +202,7 @@ def _write(out, rec, res) -> None:
     out.write({"id": rec["id"], "text": res.text, "token_ids": res.token_ids, "stats": res.stats.to_dict()})
 
 
-def decode_refill(args, target, drafter, adapter, mesh, todo, out, bar) -> tuple[int, float, float]:
+def decode_refill(args, target, served, adapter, mesh, todo, out, bar) -> tuple[int, float, float]:
     """All records in one continuously batched `generate`; each record is written as soon as it
     finishes. Returns (new tokens, run seconds, compile seconds)."""
     seen, acc = set(), {"tokens": 0, "compile": 0.0}
@@ -220,15 +221,15 @@ def decode_refill(args, target, drafter, adapter, mesh, todo, out, bar) -> tuple
         bar.set_postfix(tok_s=f"{acc['tokens'] / run_s:.1f}" if run_s > 0 else "-")
 
     recs = [rec for _, rec in todo]
-    sbj.generate(target, [r["prompt"] for r in recs], drafter=drafter, max_new_tokens=[r["budget"] for r in recs],
-                 seed=args.seed, adapter=adapter, on_batch=finished,
-                 sampling=sbj.Sampling(temperature=[r["temp"] for r in recs], top_k=args.top_k, top_p=args.top_p),
-                 options=sbj.DecodeOptions(batch_size=args.batch_size, refill=True, refill_rows=args.refill_rows))
+    served.generate(target, [r["prompt"] for r in recs], max_new_tokens=[r["budget"] for r in recs],
+                    seed=args.seed, adapter=adapter, on_batch=finished,
+                    sampling=sbj.Sampling([r["temp"] for r in recs], top_k=args.top_k, top_p=args.top_p),
+                    options=sbj.DecodeOptions(batch_size=args.batch_size, refill=True, refill_rows=args.refill_rows))
     compile_s = acc["compile"] + (adapter.compile_s if adapter is not None else 0.0)
     return acc["tokens"], time.perf_counter() - start - compile_s, compile_s
 
 
-def decode_batches(args, target, drafter, adapter, mesh, todo, out, bar) -> tuple[int, float, float]:
+def decode_batches(args, target, served, adapter, mesh, todo, out, bar) -> tuple[int, float, float]:
     """Records in batches of --batch-size, one `generate` per batch (under a mesh, hosts in
     lockstep). Returns (new tokens, run seconds, compile seconds)."""
     tokens, run_s, compile_s, adapter_compile = 0, 0.0, 0.0, 0.0
@@ -238,10 +239,10 @@ def decode_batches(args, target, drafter, adapter, mesh, todo, out, bar) -> tupl
     for start in range(0, num_batches * args.batch_size, args.batch_size):
         batch = [rec for _, rec in todo[start:start + args.batch_size]]
         t0 = time.perf_counter()
-        results = sbj.generate(target, [r["prompt"] for r in batch], drafter=drafter,
-                               max_new_tokens=[r["budget"] for r in batch], seed=args.seed, adapter=adapter,
-                               sampling=sbj.Sampling(temperature=[r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p),
-                               options=sbj.DecodeOptions(batch_size=args.batch_size, mesh=mesh, refill=False))
+        results = served.generate(target, [r["prompt"] for r in batch],
+                                  max_new_tokens=[r["budget"] for r in batch], seed=args.seed, adapter=adapter,
+                                  sampling=sbj.Sampling([r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p),
+                                  options=sbj.DecodeOptions(batch_size=args.batch_size, mesh=mesh, refill=False))
         if not results:  # a host past its share, keeping step with the others
             continue
         batch_compile = results[0].stats.compile_s
@@ -281,14 +282,14 @@ def main(argv=None) -> int:
     target = load_target(args)
     records, errors = sbj.read_prompts(args.prompts, conversations=True)
     tok, fmt = chat_setup(args, target, any(r["messages"] for r in records))
-    drafter = cli_method(args.method, target, fmt.record(tok) if tok is not None else None)
+    served = cli_method(args.method, target, fmt.record(tok) if tok is not None else None)
     adapter = None
     if args.adapt:
-        if isinstance(drafter, sbj.decoding.AutoServe):
+        if served.auto is not None:
             raise SystemExit("--adapt does not combine with an auto: method yet")
         if mesh is not None:
             raise SystemExit("--adapt does not run under a mesh yet")
-        adapter = make_adapter(args.method, drafter, args.adapt_settings)
+        adapter = make_adapter(args.method, served, args.adapt_settings)
         state = args.adapt_state or args.out.with_name(args.out.name + ".adapter")
         if (state / "state.json").exists():
             try:
@@ -303,8 +304,8 @@ def main(argv=None) -> int:
     if mesh is not None:  # lay the weights out once (generate then finds them in place)
         plan = parallel.ShardingPlan(mesh)
         target = target.replace(params=plan.put(target.params))
-        if isinstance(drafter, sbj.LoadedDrafter):
-            drafter = drafter._replace(params=plan.put(drafter.params))
+        if served.drafter is not None:
+            served = dataclasses.replace(served, drafter=served.drafter._replace(params=plan.put(served.drafter.params)))
     for rec in records:  # conversations become token ids: the template with its generation prompt
         if rec["messages"]:
             rec["prompt"] = chat.generation_prompt(tok, rec["messages"], fmt)
@@ -341,11 +342,11 @@ def main(argv=None) -> int:
     refill = mesh is None and not args.no_refill and len(todo) > args.batch_size
     with tqdm(total=len(todo), desc=f"decode ({args.method})", unit="rec") as bar:
         run = decode_refill if refill else decode_batches
-        tokens, run_s, compile_s = run(args, target, drafter, adapter, mesh, todo, out, bar)
+        tokens, run_s, compile_s = run(args, target, served, adapter, mesh, todo, out, bar)
     out.close()
     args.saver(force=True)
-    if isinstance(drafter, sbj.decoding.AutoServe):
-        print(f"auto: {json.dumps(drafter.summary())}")
+    if served.auto is not None:
+        print(f"auto: {json.dumps(served.auto.summary())}")
     if adapter is not None:
         print(f"adaptation: {json.dumps(adapter.summary())}")
         if args.adapt_save:

@@ -261,17 +261,6 @@ def test_rounds_tell_the_adapter_and_auto_nothing_of_later_rounds(monkeypatch):
     assert vars(auto) == before  # nothing about the rounds still to come
 
 
-def test_a_low_memory_map_limit_is_warned_about_before_a_large_bench(tmp_path):
-    limit = tmp_path / "max_map_count"
-    limit.write_text("65530\n")
-    methods = ["ar", "e", "auto:e", "auto:s", "d", "auto:d", "s", "s:rank_tree=false"]
-    assert "sysctl -w vm.max_map_count=262144" in bench.warn_map_limit(methods, str(limit))
-    assert bench.warn_map_limit(methods[:4], str(limit)) is None  # few methods: few executables
-    limit.write_text("262144\n")
-    assert bench.warn_map_limit(methods, str(limit)) is None
-    assert bench.warn_map_limit(methods, str(tmp_path / "absent")) is None  # not Linux: no check
-
-
 def test_rotation_puts_every_method_in_every_position():
     for n in range(1, 7):
         methods = [f"m{i}" for i in range(n)]

@@ -8,6 +8,7 @@ import torch
 
 import specblock_jax as sbj
 from specblock_jax.decoding import compilation_count
+from specblock_jax.decoding import compiled as compiled_mod
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], list(range(20, 40)), [3]]
 
@@ -137,3 +138,23 @@ def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_di
             assert budgets.tolist() == [9] * 4 and warm_budgets.tolist() == [2] * 4
         if name in ("run", "insert_rows"):  # a copy of the state, each row one step from its end
             assert fresh and (warm_budgets == np.minimum(budgets, generated + 1)).all()
+
+
+def test_compiled_drops_the_oldest_executables_near_the_memory_map_limit(hf_dirs, monkeypatch):
+    """XLA:CPU maps each executable's code in many sections: past MAP_SHARE of vm.max_map_count,
+    `compiled` drops the oldest executables before compiling a new one, and decoding is unchanged."""
+    target = sbj.load_target(hf_dirs["qwen3"][0])
+    first = sbj.generate(target, PROMPTS, max_new_tokens=6, options=sbj.DecodeOptions(batch_size=2))
+    held, evicted = compiled_mod.cached_count(), compiled_mod.evicted_count()
+    assert held >= 1
+    maps = compiled_mod.maps_in_use()
+    if maps is None:
+        pytest.skip("no /proc here: the guard is off")
+    monkeypatch.setattr(compiled_mod, "map_limit", lambda: int(maps / compiled_mod.MAP_SHARE) // 2)  # over it now
+    again = sbj.generate(target, PROMPTS, max_new_tokens=6, options=sbj.DecodeOptions(batch_size=4))
+    assert compiled_mod.evicted_count() > evicted  # the old executables went before the new compile
+    assert [r.token_ids for r in again] == [r.token_ids for r in first]
+    monkeypatch.setattr(compiled_mod, "map_limit", lambda: None)  # no /proc: nothing is dropped
+    mark = compiled_mod.evicted_count()
+    sbj.generate(target, PROMPTS, max_new_tokens=6, options=sbj.DecodeOptions(batch_size=3))
+    assert compiled_mod.evicted_count() == mark

@@ -9,18 +9,60 @@ batch 1-4 on target v2). Run times are what `auto` decides on and what benchmark
 caller may pass `warm`: args -> arguments for one short run (e.g. budgets capped at two tokens, so
 each kernel of a decode loop runs once), which `compiled` runs right after compiling, on CPU only,
 and counts as compile time.
+
+XLA:CPU maps each executable's code in many small memory sections, and Linux caps a process's maps
+(vm.max_map_count, 65,530 by default): a bench of 8 methods once died with "LLVM compilation error:
+Cannot allocate memory". So before compiling, `compiled` counts the process's maps and, past
+`MAP_SHARE` of the limit, drops the oldest cached executables until under it (they compile again if
+used again; compile time is reported apart from run time).
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import time
+from pathlib import Path
 from typing import Callable
 
 import jax
 
 _EXECUTABLES: dict = {}
-_STATS = {"compilations": 0, "compile_s": 0.0}
+_STATS = {"compilations": 0, "compile_s": 0.0, "evicted": 0}
+MAP_SHARE = 0.6  # of vm.max_map_count that live executables may bring the process to
+
+
+def _count_lines(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
+def maps_in_use() -> int | None:
+    """The process's memory maps now (None where /proc is not there)."""
+    return _count_lines("/proc/self/maps")
+
+
+def map_limit() -> int | None:
+    """The kernel's per-process cap on memory maps (None where /proc is not there)."""
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _make_room() -> None:
+    """Drops the oldest cached executables while the process uses more than MAP_SHARE of its maps."""
+    limit = map_limit()
+    if limit is None:
+        return
+    while _EXECUTABLES and (maps_in_use() or 0) > MAP_SHARE * limit:
+        for key in list(_EXECUTABLES)[:max(1, len(_EXECUTABLES) // 4)]:
+            del _EXECUTABLES[key]
+            _STATS["evicted"] += 1
+        gc.collect()
 
 
 def _signature(args) -> tuple:
@@ -36,6 +78,7 @@ def compiled(fn: Callable, static: tuple, *args, donate_argnums: tuple[int, ...]
     key = (fn, static, _signature(args), donate_argnums)
     if key in _EXECUTABLES:
         return _EXECUTABLES[key], 0.0
+    _make_room()
     start = time.perf_counter()
     jitted = jax.jit(functools.partial(fn, *static), donate_argnums=donate_argnums)
     exe = jitted.lower(*args).compile()
@@ -51,6 +94,11 @@ def compiled(fn: Callable, static: tuple, *args, donate_argnums: tuple[int, ...]
 def compilation_count() -> int:
     """Executables compiled so far by `compiled` in this process."""
     return _STATS["compilations"]
+
+
+def evicted_count() -> int:
+    """Executables dropped so far to stay under the memory-map limit (module docstring)."""
+    return _STATS["evicted"]
 
 
 def cached_count() -> int:

@@ -23,7 +23,8 @@ def generate(target: Target, prompts: str | Sequence[str] | Sequence[Sequence[in
              drafter: LoadedDrafter | None = None, *, sampling: Sampling = GREEDY,
              max_new_tokens: int | Sequence[int] = 256, seed: int = 0, options: DecodeOptions = DEFAULTS,
              adapter=None, on_batch: OnBatch | None = None) -> list[GenerationResult]:
-    """One result per prompt, in order (a bare string is one prompt; an empty list gives []).
+    """One result per prompt, in order (a bare string is one prompt; an empty list gives [], except
+    that under a multi-host mesh a host with no prompts still joins every batch).
 
     drafter: None decodes target-only; a `LoadedDrafter` (`sbj.load_drafter(folder or
     "prompt_lookup", target)`) decodes speculatively: greedy output is token-identical to
@@ -45,6 +46,6 @@ def generate(target: Target, prompts: str | Sequence[str] | Sequence[Sequence[in
             raise ValueError("adapter: serving-time adaptation does not run under a mesh yet")
     requests, job = prepare(target, prompts, sampling=sampling, max_new_tokens=max_new_tokens, seed=seed,
                             options=options)
-    if not requests:
+    if not requests and options.mesh is None:  # under a mesh a host with no prompts still joins each batch
         return []
     return decode(target, requests, drafter, job, adapter=adapter, on_batch=on_batch)

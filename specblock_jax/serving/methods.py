@@ -52,7 +52,8 @@ class Method:
         return generate(target, prompts, self.drafter, adapter=adapter, **settings)
 
 
-def _weightless_kinds() -> tuple[str, ...]:
+def weightless_kinds() -> tuple[str, ...]:
+    """Kinds that need no folder ("prompt_lookup"): a method may name them directly."""
     return tuple(k for k in registry.kinds() if not registry.get(k).weights)
 
 
@@ -92,7 +93,7 @@ def check_method(method: str) -> None:
         if parse_method(method)[0] == "ar":
             raise ValueError("auto: needs a drafter method to weigh against target-only decoding")
     base, overrides = parse_method(method)
-    builtin = ("ar", *_weightless_kinds())
+    builtin = ("ar", *weightless_kinds())
     if base not in builtin and not (Path(base) / "config.json").exists():
         where = f"{base}: no config.json there" if Path(base).is_dir() else f"{base}: no such drafter folder"
         raise ValueError(f"method {method!r}: {where}; expected one of {builtin} or a drafter folder, "
