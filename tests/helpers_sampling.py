@@ -25,7 +25,7 @@ import numpy as np
 from scipy import stats
 
 import specblock_jax as sbj
-from specblock_jax.decoding import LoopInputs, LoopSpec, SamplingParams, sampling_logprobs
+from specblock_jax.decoding import DecodeLoop, LoopInputs, SamplingParams, make_loop, sampling_logprobs
 from specblock_jax.trees import DraftTree, verify
 
 V = 8  # a tiny vocabulary: distributions can be enumerated
@@ -113,10 +113,10 @@ def verifier_variant(variant: jax.Array):
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _decode(spec: LoopSpec, params, drafter_params, variant, inputs: LoopInputs):
+def _decode(loop: DecodeLoop, params, drafter_params, variant, inputs: LoopInputs):
     with verifier_variant(variant):
-        out = spec.decode(params, drafter_params, inputs)
-    return out.tokens[:, :spec.max_new], out.generated, out.forwards
+        out = loop.decode(params, drafter_params, inputs)
+    return out.tokens[:, :loop.max_new], out.generated, out.forwards
 
 
 def sample_rows(target, drafter, drafter_params, prompt, *, draws, max_new, seed, variant=0,
@@ -127,13 +127,13 @@ def sample_rows(target, drafter, drafter_params, prompt, *, draws, max_new, seed
     forwards [draws]. One compile per (drafter, draws, max_new, prompt length) serves every variant
     and sampling setting."""
     nodes = 0 if drafter is None else drafter.num_nodes
-    spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
-                    cache_len=len(prompt) + max_new + nodes, max_new=max_new)
+    loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
+                     cache_len=len(prompt) + max_new + nodes, max_new=max_new)
     inputs = LoopInputs(jnp.broadcast_to(jnp.asarray(prompt, jnp.int32), (draws, len(prompt))),
                         jnp.full((draws,), len(prompt), jnp.int32), jnp.full((draws,), max_new, jnp.int32),
                         SamplingParams.make(draws, temperature, top_k, top_p), jnp.full((8,), -1, jnp.int32),
                         jax.random.split(jax.random.key(seed), draws))
-    tokens, generated, forwards = _decode(spec, target.params, drafter_params, jnp.int32(variant), inputs)
+    tokens, generated, forwards = _decode(loop, target.params, drafter_params, jnp.int32(variant), inputs)
     assert (np.asarray(generated) == max_new).all()
     return np.asarray(tokens), np.asarray(forwards)
 

@@ -199,7 +199,7 @@ def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 96) -> dict[s
     import functools
     import re
 
-    from specblock_jax.decoding.loop import LoopSpec
+    from specblock_jax.decoding.loop import decode_loop, make_loop
     from specblock_jax.decoding.prefill import LoopInputs
     from specblock_jax.decoding.sampling import SamplingParams
     from specblock_jax.parallel.decoding import run_sharded
@@ -213,8 +213,8 @@ def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 96) -> dict[s
                         jax.ShapeDtypeStruct((8,), np.int32, sharding=plan.replicated()), rows((b, 2), np.uint32))
     args = (jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), tgt.params, psh),
             (), inputs)
-    fn = functools.partial(run_sharded, plan, LoopSpec.decode, LoopSpec(graphdef=tgt.graphdef, cfg=CFG, cache_len=s,
-                                                                        max_new=8))
+    fn = functools.partial(run_sharded, plan, decode_loop, make_loop(graphdef=tgt.graphdef, cfg=CFG, cache_len=s,
+                                                                         max_new=8))
     text = jax.jit(fn).lower(*args).compile().as_text()
     pattern = rf"f32\[(?:\d+,)?\d+,\d+,{s},{CFG.head_dim}\]"  # [L, B, K, S, D] or one layer's slice
     return dict(collections.Counter(re.findall(pattern, text)))

@@ -11,7 +11,7 @@ import specblock_jax as sbj
 from specblock_jax.decoding import step_profile as sp
 from specblock_jax.decoding.compiled import cached_count, compilation_count
 from specblock_jax.models.kv_cache import cache_length
-from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.loop import make_loop
 from specblock_jax.drafters.eagle3._train import Eagle3Task
 from specblock_jax.drafters.prompt_lookup._model import PromptLookup
 from specblock_jax_cli.infer import bench
@@ -34,8 +34,8 @@ def _batch():
 def _spec(target, drafter, max_new, greedy=True):
     """The loop `generate` runs for a batch of prompt bucket 16."""
     n = 0 if drafter is None else drafter.num_nodes
-    return LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
-                    cache_len=cache_length(16, max_new, n), max_new=max_new, greedy=greedy)
+    return make_loop(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
+                     cache_len=cache_length(16, max_new, n), max_new=max_new, greedy=greedy)
 
 
 def test_every_phase_is_timed_and_a_second_call_compiles_nothing(target, eagle3):

@@ -1,7 +1,7 @@
 """The decode step's phases as pure functions of (static settings, abstract arguments), each the
-library's own code: `LoopSpec.start` (prefill), `ar_step` (target_step), `drafter.propose`,
-`tree_forward`, `verify_commit`, `drafter.update` and `spec_step` (decoding/speculative.py), as
-decoding/step_profile.py times them on a CPU. Every function takes `(spec, plan, ...)` static and
+library's own code: the loop's `start` (prefill), `TargetLoop.step` (target_step), `drafter.propose`,
+`SpeculativeLoop.tree_forward`, `verify_commit`, `drafter.update` and `SpeculativeLoop.step`
+(spec_step), as decoding/step_profile.py times them on a CPU. Every function takes `(loop, plan, ...)` static and
 runs under the plan (`parallel.use_plan`), as `run_sharded` runs the loop. A step is priced, never
 the whole `while_loop` (its trip count is data-dependent).
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.decoding.autoregressive import ARState, ar_step
+from specblock_jax.decoding.autoregressive import TargetState
 from specblock_jax.decoding.prefill import LoopInputs, step_keys
 from specblock_jax.decoding.sampling import SamplingParams
-from specblock_jax.decoding.speculative import SpecState, spec_step, tree_forward, verify_commit
+from specblock_jax.decoding.speculative import SpeculativeState
 from specblock_jax.drafters.base import DraftContext
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.parallel.activation import use_plan
@@ -26,55 +26,56 @@ LAYER_PHASES = ("prefill", "target_step", "tree_forward", "spec_step", "train_st
 STOP_IDS = 8  # stop-token slots of LoopInputs.stop_ids
 
 
-def context(s: SpecState) -> DraftContext:
+def context(s: SpeculativeState) -> DraftContext:
     return DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
 
 
-def ar_state(s: SpecState, max_new: int) -> ARState:
+def target_state(s: SpeculativeState, max_new: int) -> TargetState:
     """The target-only loop's state at the speculative state's point (target_step at that cache)."""
     out = jnp.full((s.out.shape[0], max_new), -1, jnp.int32)
-    return ARState(s.step, s.root, s.generated, out, s.done, s.stopped, s.cache, s.budgets, s.sampling, s.keys)
+    return TargetState(step=s.step, last=s.root, generated=s.generated, out=out, done=s.done, stopped=s.stopped,
+                       cache=s.cache, budgets=s.budgets, sampling=s.sampling, keys=s.keys)
 
 
-def prefill(spec, plan, params, dparams, inputs: LoopInputs):
+def prefill(loop, plan, params, dparams, inputs: LoopInputs):
     """The loop's start: the prompt forward (+ the drafter's first state). inputs.keys are raw
     key data [B, 2] (as `run_sharded` takes them)."""
     with use_plan(plan):
-        return spec.start(params, dparams, inputs._replace(keys=jax.random.wrap_key_data(inputs.keys)))
+        return loop.start(params, dparams, inputs._replace(keys=jax.random.wrap_key_data(inputs.keys)))
 
 
-def target_step(spec, plan, params, state: ARState, stop_ids):
+def target_step(loop, plan, params, state: TargetState, stop_ids):
     with use_plan(plan):
-        return ar_step(spec, params, state, stop_ids)
+        return loop.step(params, state, stop_ids)
 
 
-def propose(spec, plan, dparams, dstate, ctx: DraftContext, keys, step):
+def propose(loop, plan, dparams, dstate, ctx: DraftContext, keys, step):
     with use_plan(plan):
-        tree, dstate = spec.drafter.propose(dparams, dstate, ctx, step_keys(step_keys(keys, step), 1))
-        if spec.greedy:  # as the loop: greedy verification never reads q
+        tree, dstate = loop.drafter.propose(dparams, dstate, ctx, step_keys(step_keys(keys, step), 1))
+        if loop.greedy:  # as the loop: greedy verification never reads q
             tree = tree._replace(draft_probs=None)
         return tree, dstate
 
 
-def tree_forward_phase(spec, plan, params, tree, root, cache):
+def tree_forward_phase(loop, plan, params, tree, root, cache):
     with use_plan(plan):
-        return tree_forward(spec, params, tree, root, cache)
+        return loop.tree_forward(params, tree, root, cache)
 
 
-def verify_phase(spec, plan, s: SpecState, tree, anc, logits, cache, stop_ids):
+def verify_phase(loop, plan, s: SpeculativeState, tree, anc, logits, cache, stop_ids):
     """`verify_commit` on a state without its pre-forward cache and drafter state."""
     with use_plan(plan):
-        return verify_commit(spec, s, tree, anc, logits, cache, stop_ids, step_keys(s.keys, s.step))
+        return loop.verify_commit(s, tree, anc, logits, cache, stop_ids, step_keys(s.keys, s.step))
 
 
-def update(spec, plan, dparams, dstate, ctx, result, hidden):
+def update(loop, plan, dparams, dstate, ctx, result, hidden):
     with use_plan(plan):
-        return spec.drafter.update(dparams, dstate, ctx, result, hidden)
+        return loop.drafter.update(dparams, dstate, ctx, result, hidden)
 
 
-def spec_step_phase(spec, plan, params, dparams, s: SpecState, stop_ids):
+def spec_step_phase(loop, plan, params, dparams, s: SpeculativeState, stop_ids):
     with use_plan(plan):
-        return spec_step(spec, params, dparams, s, stop_ids)
+        return loop.step(params, dparams, s, stop_ids)
 
 
 def abstract_inputs(plan: ShardingPlan, batch: int, prompt: int) -> LoopInputs:
@@ -90,7 +91,7 @@ def abstract_inputs(plan: ShardingPlan, batch: int, prompt: int) -> LoopInputs:
 
 
 def state_shardings(plan: ShardingPlan, state, batch: int):
-    """Shardings of a loop state (`spec.start`'s outputs) by the decoding plan's rules: the
+    """Shardings of a loop state (`loop.start`'s outputs) by the decoding plan's rules: the
     target's KV cache by `cache_shardings` ([L, B, K, S, D] batch over "data", kv heads over
     "model"), every other [B, ...] leaf over "data", the rest replicated."""
     def leaf(x):

@@ -38,14 +38,14 @@ from specblock_jax.aot.presets import load_target_config, released_drafter
 from specblock_jax.aot.train import price_train_step
 from specblock_jax.aot.topology import get_topology, topology_mesh
 from specblock_jax.models.kv_cache import cache_length
-from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.loop import DecodeLoop, make_loop
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.target import abstract_target
 from specblock_jax.parallel.mesh import ShardingPlan, mesh_str
 
 ACCOUNTING = ("unrolled", "multiplied", "memory")
 # what each decode phase reads from another phase's outputs (the loop state they start from is
-# `spec.start`'s shapes, laid out by the plan: no compile needed)
+# the loop's `start` shapes, laid out by the plan: no compile needed)
 NEEDS = {"prefill": (), "target_step": (), "propose": (), "tree_forward": ("propose",),
          "verify_commit": ("tree_forward",), "update": ("verify_commit",), "spec_step": ()}
 
@@ -91,9 +91,9 @@ class _Chain:
     wanted: set
     done: dict = dataclasses.field(default_factory=dict)
 
-    def spec(self, target_only: bool) -> LoopSpec:
+    def loop(self, target_only: bool) -> DecodeLoop:
         cfg = self.variant.cfg
-        return LoopSpec(graphdef=abstract_target(cfg)[0], cfg=cfg,
+        return make_loop(graphdef=abstract_target(cfg)[0], cfg=cfg,
                         drafter=None if target_only else self.variant.drafter,
                         cache_len=self.cache_len, max_new=self.max_new, greedy=True)
 
@@ -109,7 +109,7 @@ class _Chain:
             return self.done[name]
         t0 = time.perf_counter()
         try:
-            compiled, seconds = cost.lower_compile(fn, (self.spec(target_only), self.plan), args, donate)
+            compiled, seconds = cost.lower_compile(fn, (self.loop(target_only), self.plan), args, donate)
         except Exception as e:  # noqa: BLE001 - recorded, never raised past the phase
             self.done[name] = _Failed(e, time.perf_counter() - t0)
             return self.done[name]
@@ -131,13 +131,13 @@ def run_chain(variant: cost.Variant, plan: ShardingPlan, batch: int, context: in
     inputs = phases.abstract_inputs(plan, batch, context)
     chain.step("prefill", phases.prefill, (params, dparams, inputs))
     # the loop state every step phase starts from: its shapes, laid out by the plan's rules
-    s = jax.eval_shape(lambda p, d, i: phases.prefill(chain.spec(False), plan, p, d, i), params, dparams, inputs)
+    s = jax.eval_shape(lambda p, d, i: phases.prefill(chain.loop(False), plan, p, d, i), params, dparams, inputs)
     s = phases.with_shardings(s, phases.state_shardings(plan, s, batch))
     if variant.drafter is None:
         chain.step("target_step", phases.target_step, (params, s, stop_ids), donate=(1,))
         return chain.done
     out = jax.ShapeDtypeStruct((batch, max_new), jnp.int32, sharding=plan.batch_sharding(2, batch))
-    ar = phases.ar_state(s, max_new)._replace(out=out)
+    ar = phases.target_state(s, max_new)._replace(out=out)
     chain.step("target_step", phases.target_step, (params, ar, stop_ids), donate=(1,), target_only=True)
     ctx = phases.context(s)
     prop = chain.step("propose", phases.propose,

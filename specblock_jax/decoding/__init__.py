@@ -1,12 +1,13 @@
 """Decoding: the front door `generate` (typed: `Sampling`, `DecodeOptions`), the target-only and
-speculative loops (`LoopSpec`: a loop's static settings and its start/run/output stages), prompt
+speculative loops (`make_loop` picks `TargetLoop` or `SpeculativeLoop`: static settings with
+start/step/run/output stages), prompt
 batching and continuous batching, and the per-phase step profile."""
 
 from specblock_jax.decoding import step_profile
 from specblock_jax.decoding.compiled import compilation_count
 from specblock_jax.decoding.generate import generate
 from specblock_jax.decoding.job import Request
-from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.loop import DecodeLoop, SpeculativeLoop, TargetLoop, decode_loop, make_loop
 from specblock_jax.decoding.options import DecodeOptions
 from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
 from specblock_jax.decoding.results import GenerationResult, GenerationStats

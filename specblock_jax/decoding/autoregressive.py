@@ -1,22 +1,24 @@
-"""Target-only decoding: one token per target forward, the whole batch in one `lax.while_loop`.
-Its stages are `LoopSpec.start`, `run` and `output` (decoding/loop.py) with no drafter; `spec`
-below is that LoopSpec (it imports this module, so this one takes it untyped)."""
+"""`TargetLoop`: target-only decoding, one token per target forward, the whole batch in one
+`lax.while_loop`. Its twin with a drafter is `SpeculativeLoop` (decoding/speculative.py); `make_loop`
+(decoding/loop.py) picks one of the two once."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import dataclasses
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from specblock_jax.decoding.prefill import LoopInputs, LoopOutput, prefill, step_keys
 from specblock_jax.decoding.sampling import SamplingParams, sample
+from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
 
 
-class ARState(NamedTuple):
-    """The loop's carry, every field per row (the cache [L, B, ...]): see `SpecState`."""
+class TargetState(NamedTuple):
+    """The loop's carry, every field per row (the cache [L, B, ...]): see `SpeculativeState`."""
     step: jax.Array  # [B] int32 the row's decoding step (the prefill's token was step 0)
     last: jax.Array  # [B] int32 the newest token (its K/V is not cached yet)
     generated: jax.Array  # [B] int32 new tokens so far
@@ -29,41 +31,67 @@ class ARState(NamedTuple):
     keys: jax.Array  # [B] PRNG keys, one per request
 
 
-def ar_step(spec, params, s: ARState, stop_ids) -> ARState:
-    """One decoding step (also timed alone by the step profile): a one-token forward of `s.last`,
-    committed where the row still runs, the next token sampled with the row's step key and
-    written; rows that hit a stop token or their budget are done."""
-    b, width = s.out.shape
-    one = jnp.ones((b, 1, 1), bool)
-    fwd = apply(spec.graphdef, params, s.last[:, None], s.cache.lengths[:, None], one, s.cache)
-    active = ~s.done
-    cache = fwd.cache.advance(active.astype(jnp.int32))  # commit `last` where still running
-    nxt = sample(step_keys(s.keys, s.step), fwd.logits[:, 0], s.sampling)
-    write = active[:, None] & (jnp.arange(width)[None, :] == s.generated[:, None])
-    generated = s.generated + active
-    hit = active & jnp.isin(nxt, stop_ids)
-    return s._replace(step=s.step + active, last=nxt, generated=generated,
-                      out=jnp.where(write, nxt[:, None], s.out), done=s.done | hit | (generated >= s.budgets),
-                      stopped=s.stopped | hit, cache=cache)
-
-
-def ar_start(spec, params, inputs: LoopInputs) -> ARState:
-    """The prefill: an `ARState` for the rows of inputs.tokens [B, P] (cache_len >= P + max_new)."""
-    pre = prefill(spec.graphdef, spec.cfg, params, inputs, spec.cache_len, spec.max_new)
-    one = jnp.ones((inputs.tokens.shape[0],), jnp.int32)
-    return ARState(one, pre.first, one, pre.out, pre.done, pre.stopped, pre.cache, inputs.budgets, inputs.sampling,
-                   inputs.keys)
-
-
-def ar_run(spec, params, state: ARState, stop_ids, wake) -> ARState:
-    """Decoding steps until every row is done, or, when wake ([] int32) > 0, until at least `wake`
-    rows are."""
-    def cond(s: ARState):
+def until_done(step, state, wake):
+    """`step` applied until every row is done or, when wake ([] int32) > 0, until at least `wake`
+    rows are (continuous batching: requests wait for free rows)."""
+    def cond(s):
         return ~jnp.all(s.done) & ~((wake > 0) & (jnp.sum(s.done) >= wake))
 
-    return jax.lax.while_loop(cond, lambda s: ar_step(spec, params, s, stop_ids), state)
+    return jax.lax.while_loop(cond, step, state)
 
 
-def ar_output(state: ARState) -> LoopOutput:
-    """tokens [B, max_new]; forwards = decoding forwards (the prefill's token excluded)."""
-    return LoopOutput(state.out, state.generated, state.stopped, state.generated - 1)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TargetLoop:
+    """Static settings of one target-only decode loop: frozen and hashable, so jit sees it as a
+    static `self` and equal settings share one executable. Rows sample at their own temperatures,
+    so one loop serves greedy and sampled rows alike."""
+
+    graphdef: Any
+    """The target's nnx GraphDef."""
+    cfg: ModelConfig
+    """The target's config."""
+    cache_len: int
+    """KV cache slots per row: >= P + max_new."""
+    max_new: int
+    """The largest new-token budget of any row (one compilation serves every smaller one)."""
+
+    drafter: ClassVar[None] = None
+    num_nodes: ClassVar[int] = 0  # tokens a step verifies besides the root
+
+    def start(self, params, drafter_params, inputs: LoopInputs) -> TargetState:
+        """The prefill of `inputs`' rows (tokens [B, P]); `drafter_params` is unused."""
+        pre = prefill(self.graphdef, self.cfg, params, inputs, self.cache_len, self.max_new)
+        one = jnp.ones((inputs.tokens.shape[0],), jnp.int32)
+        return TargetState(step=one, last=pre.first, generated=one, out=pre.out, done=pre.done, stopped=pre.stopped,
+                           cache=pre.cache, budgets=inputs.budgets, sampling=inputs.sampling, keys=inputs.keys)
+
+    def step(self, params, s: TargetState, stop_ids) -> TargetState:
+        """One decoding step (also timed alone by the step profile): a one-token forward of
+        `s.last`, committed where the row still runs, the next token sampled with the row's step
+        key and written; rows that hit a stop token or their budget are done."""
+        b, width = s.out.shape
+        one = jnp.ones((b, 1, 1), bool)
+        fwd = apply(self.graphdef, params, s.last[:, None], s.cache.lengths[:, None], one, s.cache)
+        active = ~s.done
+        cache = fwd.cache.advance(active.astype(jnp.int32))  # commit `last` where still running
+        nxt = sample(step_keys(s.keys, s.step), fwd.logits[:, 0], s.sampling)
+        write = active[:, None] & (jnp.arange(width)[None, :] == s.generated[:, None])
+        generated = s.generated + active
+        hit = active & jnp.isin(nxt, stop_ids)
+        return s._replace(step=s.step + active, last=nxt, generated=generated,
+                          out=jnp.where(write, nxt[:, None], s.out),
+                          done=s.done | hit | (generated >= s.budgets), stopped=s.stopped | hit, cache=cache)
+
+    def run(self, params, drafter_params, state: TargetState, stop_ids: jax.Array, wake: jax.Array) -> TargetState:
+        """Decoding steps until every row is done, or, when wake > 0, until at least `wake` are."""
+        return until_done(lambda s: self.step(params, s, stop_ids), state, wake)
+
+    def output(self, state: TargetState) -> LoopOutput:
+        """tokens [B, max_new]; forwards = decoding forwards (the prefill's token excluded)."""
+        return LoopOutput(tokens=state.out, generated=state.generated, stopped=state.stopped,
+                          forwards=state.generated - 1)
+
+    def decode(self, params, drafter_params, inputs: LoopInputs) -> LoopOutput:
+        """The whole loop: start, run until every row is done, output."""
+        state = self.start(params, drafter_params, inputs)
+        return self.output(self.run(params, drafter_params, state, inputs.stop_ids, jnp.int32(0)))

@@ -19,7 +19,7 @@ import numpy as np
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.job import MAX_STOP_TOKENS, JobSettings, Request, held
 from specblock_jax.models.kv_cache import cache_length, length_bucket
-from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.loop import DecodeLoop, decode_loop, make_loop
 from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
 from specblock_jax.decoding.refill import Finished, Stream, pack_rows, pow2_at_least
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
@@ -89,36 +89,40 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
             greedy, bucket = layout.agree_all(greedy), layout.agree_max(bucket)[0]
         inputs = pack_rows([r.tokens for r in rows], [r.budget for r in rows], [r.temperature for r in rows],
                            [r.key for r in rows], bucket, base_key, options.top_k, options.top_p, stop_arr)
-        spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=d,
+        loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d,
                         cache_len=cache_length(bucket, max_new, 0 if d is None else d.num_nodes), max_new=max_new,
                         greedy=greedy, collect=adapter is not None)
         loop_dparams = adapter.params if adapter is not None else dparams
         if layout is None:
-            exe, compile_s = compiled(LoopSpec.decode, (spec,), params, loop_dparams, inputs,
+            exe, compile_s = compiled(decode_loop, (loop,), params, loop_dparams, inputs,
                                       warm=lambda _: (params, loop_dparams, two_tokens(inputs)))
             args = (params, loop_dparams, inputs)
         else:
             args = (params, loop_dparams, layout.inputs(inputs))
-            exe, compile_s = compiled(run_sharded, (layout.plan, LoopSpec.decode, spec), *args)
+            exe, compile_s = compiled(run_sharded, (layout.plan, decode_loop, loop), *args)
         t0 = time.perf_counter()
-        loop = exe(*args)
+        ran = exe(*args)
         # the adapter's history and features stay on the device; the rest comes to the host
-        host = LoopOutput(*(jax.device_get(loop[:4]) if layout is None else layout.outputs(loop[:4])))
+        if layout is None:
+            host = jax.device_get(ran.without_labels())
+        else:
+            host = LoopOutput(*layout.outputs((ran.tokens, ran.generated, ran.stopped, ran.forwards)))
         wall = time.perf_counter() - t0
-        call_s, prof = (None, None) if layout is not None else _profile(target, spec, dparams, adapter, inputs,
+        call_s, prof = (None, None) if layout is not None else _profile(target, loop, dparams, adapter, inputs,
                                                                          options.profile)
         event = None
         if adapter is not None:
             real = len(chunk)
             event = adapter.after_batch(
-                loop.history, loop.hist_len, inputs.lengths, loop.features, real,
+                ran.history, ran.hist_len, inputs.lengths, ran.features, real,
                 tokens=int(sum(host.generated[:real]) - real), forwards=int(sum(host.forwards[:real])),
                 decode_s=wall, budget=sum(requests[i].budget for i in chunk),
                 remaining_budget=sum(requests[i].budget for i in held(order[start + bsz:], 0, options.queue)))
         for r, i in enumerate(chunk):
             new = host.tokens[r, :host.generated[r]].tolist()
-            stats = row_stats(len(requests[i].tokens), new, int(host.forwards[r]), bool(host.stopped[r]), call_s,
-                              wall, compile_s, bsz, start // bsz, event, int(np.max(host.forwards)))
+            stats = row_stats(prompt_tokens=len(requests[i].tokens), new=new, forwards=int(host.forwards[r]),
+                              stopped=bool(host.stopped[r]), draft_call_s=call_s, wall=wall, compile_s=compile_s,
+                              batch_size=bsz, batch=start // bsz, event=event, batch_steps=int(np.max(host.forwards)))
             results[i] = _result(target, new, stats, prof, options.profile, i)
         if on_batch is not None:
             on_batch([results[i] for i in chunk])
@@ -131,14 +135,14 @@ def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -
     n = 0 if d is None else d.num_nodes
     bucket = length_bucket(max(len(r.tokens) for r in requests))
     max_new = max(r.budget for r in requests)
-    spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=d, cache_len=cache_length(bucket, max_new, n),
+    loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d, cache_len=cache_length(bucket, max_new, n),
                     max_new=max_new, greedy=all(r.temperature <= 0 for r in requests),
                     collect=adapter is not None, hist_size=bucket + max_new + n)
-    stream = Stream(spec, target.params, dparams, batch_size=bsz, top_k=options.top_k, top_p=options.top_p,
+    stream = Stream(loop, target.params, dparams, batch_size=bsz, top_k=options.top_k, top_p=options.top_p,
                     stop_ids=_stop_array(options), base_key=jax.random.key(options.seed), bucket=length_bucket,
                     wake_rows=options.refill_rows)
     queue = sorted(requests, key=lambda r: (-r.budget, len(r.tokens)))  # longest budget first
-    call_s, prof = _profile(target, spec, dparams, adapter, stream.inputs(queue[:bsz], bsz), options.profile)
+    call_s, prof = _profile(target, loop, dparams, adapter, stream.inputs(queue[:bsz], bsz), options.profile)
     results: list[GenerationResult | None] = [None] * len(requests)
     unfinished = {r.index for r in requests}
 
@@ -158,8 +162,10 @@ def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -
                 remaining_budget=sum(r.budget for r in held([r for r in queue if r.index in unfinished], bsz,
                                                                options.queue)))
         for f in finished:
-            stats = row_stats(len(requests[f.index].tokens), f.tokens, f.forwards, f.stopped, call_s, f.segment_wall_s,
-                              f.segment_compile_s, bsz, f.segment, event, f.segment_steps)
+            stats = row_stats(prompt_tokens=len(requests[f.index].tokens), new=f.tokens, forwards=f.forwards,
+                              stopped=f.stopped, draft_call_s=call_s, wall=f.segment_wall_s,
+                              compile_s=f.segment_compile_s, batch_size=bsz, batch=f.segment, event=event,
+                              batch_steps=f.segment_steps)
             results[f.index] = _result(target, f.tokens, stats, prof, options.profile, f.index)
         if on_batch is not None and finished:
             on_batch([results[f.index] for f in finished])
@@ -175,21 +181,21 @@ def _result(target, new: list[int], stats: GenerationStats, prof, profile: str, 
     return GenerationResult(text, new, stats, index)
 
 
-def _profile(target, spec: LoopSpec, dparams, adapter, inputs: LoopInputs, profile: str):
+def _profile(target, loop: DecodeLoop, dparams, adapter, inputs: LoopInputs, profile: str):
     """(seconds of one batched propose + update or None, the step profile or None) of the loop
-    `spec` on `inputs`' rows; see `generate`'s profile."""
-    if spec.drafter is not None and profile == "off":
+    `loop` on `inputs`' rows; see `generate`'s profile."""
+    if loop.drafter is not None and profile == "off":
         return None, None
-    if spec.drafter is None and profile != "all":
+    if loop.drafter is None and profile != "all":
         return 0.0, None
     if adapter is not None:
         dparams = adapter.params
-    prof = step_profile(spec, target.params, dparams, inputs,
+    prof = step_profile(loop, target.params, dparams, inputs,
                         phases=None if profile == "all" else ("propose", "update"))
     return draft_seconds_per_step(prof), prof
 
 
-def row_stats(prompt_tokens: int, new: list[int], forwards: int, stopped: bool, draft_call_s: float | None,
+def row_stats(*, prompt_tokens: int, new: list[int], forwards: int, stopped: bool, draft_call_s: float | None,
               wall: float, compile_s: float, batch_size: int, batch: int, event: dict | None,
               batch_steps: int) -> GenerationStats:
     """One row's statistics. tau: tokens committed per decoding forward, bonus included (the

@@ -44,6 +44,11 @@ class LoopOutput(NamedTuple):
     hist_len: jax.Array | None = None  # [B] valid history entries
     features: jax.Array | None = None  # [B, S, n, H] hidden states at the drafter's layers
 
+    def without_labels(self) -> "LoopOutput":
+        """The outputs every caller reads (tokens, generated, stopped, forwards), without the
+        adapter's labels (history, features), which stay on the device."""
+        return self._replace(history=None, hist_len=None, features=None)
+
 
 def step_keys(keys: jax.Array, step) -> jax.Array:
     """[B] per-row PRNG keys folded with the decoding step: one step for all rows ([] int, 0 = the

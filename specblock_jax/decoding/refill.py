@@ -1,7 +1,7 @@
 """Continuous batching: a row whose request has finished takes the next waiting request while the
 other rows keep decoding.
 
-A job runs as one stream of B rows. The jitted loop (`LoopSpec.run`) returns to the host as
+A job runs as one stream of B rows. The jitted loop (`loop.run`) returns to the host as
 soon as `wake_rows` rows are done while requests wait (1 by default: every finished row is refilled
 at once; more trades idle row-steps for fewer returns and larger inserts); the host reads the
 finished rows' outputs, prefills the next requests for those rows only (`insert_rows`: a prefill
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
-from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.loop import DecodeLoop
 from specblock_jax.decoding.prefill import LoopInputs
 from specblock_jax.decoding.sampling import SamplingParams
 from specblock_jax.models.kv_cache import KVCache
@@ -54,11 +54,11 @@ def put_rows(state, fresh, rows: jax.Array):
     return jax.tree_util.tree_map_with_path(walk, state, fresh, is_leaf=lambda x: isinstance(x, KVCache))
 
 
-def insert_rows(spec: LoopSpec, params, drafter_params, state, rows: jax.Array, inputs: LoopInputs):
+def insert_rows(loop: DecodeLoop, params, drafter_params, state, rows: jax.Array, inputs: LoopInputs):
     """Starts R new requests (inputs.tokens [R, P], P <= the stream's prompt bucket: prefill and
     the drafter's first state) and puts them into rows [R] of the running `state` (indices >= B:
     padding, dropped)."""
-    return put_rows(state, spec.start(params, drafter_params, inputs), rows)
+    return put_rows(state, loop.start(params, drafter_params, inputs), rows)
 
 
 def pack_rows(tokens: Sequence[Sequence[int]], budgets: Sequence[int], temperatures: Sequence[float],
@@ -97,7 +97,7 @@ class Finished(NamedTuple):
 
 
 def one_more_step(state):
-    """`compiled`'s warm-up state for `LoopSpec.run` / `insert_rows`: a fresh copy of the (donated)
+    """`compiled`'s warm-up state for `loop.run` / `insert_rows`: a fresh copy of the (donated)
     state whose rows stop after one more step."""
     state = jax.tree.map(jnp.copy, state)
     return state._replace(budgets=jnp.minimum(state.budgets, state.generated + 1))
@@ -108,20 +108,20 @@ def pow2_at_least(n: int, cap: int) -> int:
 
 
 class Stream:
-    """Decodes requests through `batch_size` rows with refill, in the loop `spec` describes (its
+    """Decodes requests through `batch_size` rows with refill, in `loop` (its
     hist_size holds the stream's prompt bucket, its max_new every budget, its cache_len both).
 
     run(requests, on_finished) decodes them in the order given (the caller orders the queue),
     calling on_finished(list[Finished], state, rows) after every segment: state is the loop state
     (device arrays) from which the finished rows were read (the adapter reads its history)."""
 
-    def __init__(self, spec: LoopSpec, params, drafter_params, *, batch_size: int, top_k: int, top_p: float,
+    def __init__(self, loop: DecodeLoop, params, drafter_params, *, batch_size: int, top_k: int, top_p: float,
                  stop_ids: jax.Array, base_key: jax.Array, bucket: Callable[[int], int], wake_rows: int = 1):
         if not 1 <= wake_rows <= batch_size:
             raise ValueError(f"refill_rows must be between 1 and the batch size {batch_size}, got {wake_rows}")
-        self.spec, self.params, self.drafter_params = spec, params, drafter_params
+        self.loop, self.params, self.drafter_params = loop, params, drafter_params
         # the prefill never verifies: greedy and sampled streams of one shape share their start
-        self.start_spec = dataclasses.replace(spec, greedy=False)
+        self.start_loop = dataclasses.replace(loop, greedy=False) if loop.drafter is not None else loop
         self.b, self.bucket, self.top_k, self.top_p = batch_size, bucket, top_k, top_p
         self.stop_ids, self.base_key, self.wake_rows = stop_ids, base_key, wake_rows
         self.segments = 0
@@ -141,13 +141,13 @@ class Stream:
         """Decodes `requests` in the order given; after every segment calls
         on_finished(finished: list[Finished], state, rows) with the loop state the finished rows
         (`rows`, their indices in the batch) were read from."""
-        spec, params = self.spec, self.params
+        loop, params = self.spec, self.params
         queue = list(requests)
         holder: list[Request | None] = [None] * self.b
         t0 = time.perf_counter()
         take, queue = queue[:self.b], queue[self.b:]
         dparams, inputs = self._dparams(adapter), self.inputs(take, self.b)
-        exe, compile_s = compiled(LoopSpec.start, (self.start_spec,), params, dparams, inputs,
+        exe, compile_s = compiled(type(self.start_loop).start, (self.start_loop,), params, dparams, inputs,
                                   warm=lambda args: args)
         state = exe(params, dparams, inputs)
         state = state._replace(done=state.done | (jnp.arange(self.b) >= len(take)))  # rows with no request
@@ -156,7 +156,7 @@ class Stream:
             steps_before = np.asarray(state.step)
             wake = jnp.int32(min(self.wake_rows, len(queue)))  # 0 once the queue is empty: every row to its end
             dparams, running = self._dparams(adapter), state
-            exe, seconds = compiled(LoopSpec.run, (spec,), params, dparams, state, self.stop_ids, wake,
+            exe, seconds = compiled(type(loop).run, (loop,), params, dparams, state, self.stop_ids, wake,
                                     donate_argnums=(2,),
                                     warm=lambda _: (params, dparams, one_more_step(running), self.stop_ids, wake))
             compile_s += seconds
@@ -167,7 +167,7 @@ class Stream:
             free = [r for r in range(self.b) if holder[r] is not None and done[r]]
             out, generated = np.asarray(state.out)[free], np.asarray(state.generated)[free]
             stopped = np.asarray(state.stopped)[free]
-            forwards = np.asarray(state.generated - 1 if spec.drafter is None else state.forwards)[free]
+            forwards = np.asarray(state.generated - 1 if loop.drafter is None else state.forwards)[free]
             finished = [Finished(holder[r].index, out[j, :generated[j]].tolist(), bool(stopped[j]),
                                  int(forwards[j]), self.segments, wall, compile_s, steps)
                         for j, r in enumerate(free)]
@@ -181,7 +181,7 @@ class Stream:
                 count = pow2_at_least(len(take), self.b)
                 rows = jnp.asarray(free[:len(take)] + [self.b] * (count - len(take)), jnp.int32)
                 dparams, inputs, running = self._dparams(adapter), self.inputs(take, count), state
-                exe, compile_s = compiled(insert_rows, (self.start_spec,), params, dparams, state, rows, inputs,
+                exe, compile_s = compiled(insert_rows, (self.start_loop,), params, dparams, state, rows, inputs,
                                           donate_argnums=(2,),
                                           warm=lambda _: (params, dparams, one_more_step(running), rows, inputs))
                 state = exe(params, dparams, state, rows, inputs)

@@ -1,6 +1,6 @@
-"""The speculative decoding loop: draft, verify, accept, commit, all inside one `lax.while_loop`.
-Its stages are `LoopSpec.start`, `run` and `output` (decoding/loop.py) with a drafter; `spec` below
-is that LoopSpec (it imports this module, so this one takes it untyped).
+"""`SpeculativeLoop`: draft, verify, accept, commit, all inside one `lax.while_loop`. Its twin
+without a drafter is `TargetLoop` (decoding/autoregressive.py); `make_loop` (decoding/loop.py)
+picks one of the two once.
 
 Invariant between steps: the KV cache holds every committed token except the last one (the
 root), whose K/V the next tree forward computes as node 0. Each step:
@@ -11,28 +11,31 @@ root), whose K/V the next tree forward computes as node 0. Each step:
   4. the cache keeps the path's K/V (`compact`), the new tokens are appended, truncated at a stop
      token or the budget, and the bonus becomes the next root.
 
-With `spec.collect`, the loop also keeps the target's hidden states at the drafter's feature
+With `collect`, the loop also keeps the target's hidden states at the drafter's feature
 layers for every committed position, gathered from the prefill and from each verification
 forward's accepted path: free training labels for serving-time adaptation (no extra forward).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from specblock_jax.decoding.autoregressive import until_done
 from specblock_jax.decoding.prefill import LoopInputs, LoopOutput, prefill, step_keys
 from specblock_jax.decoding.sampling import SamplingParams, sampling_logprobs
 from specblock_jax.drafters.base import DraftContext, Prefill
+from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
 from specblock_jax.trees.tree import DraftTree, ancestor_mask, check_tree, depths
 from specblock_jax.trees.verify import VerifyResult, verify_greedy, verify_sampling
 
 
-class SpecState(NamedTuple):
+class SpeculativeState(NamedTuple):
     """The loop's carry. Every field is per row ([B, ...]; the cache [L, B, ...]), so continuous
     batching can put a new request into one row (decoding/refill.py `put_rows`)."""
     step: jax.Array  # [B] int32 the row's decoding step (the prefill's token was step 0)
@@ -60,17 +63,6 @@ def write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:
     return jax.vmap(write)(buf, rows, starts)
 
 
-def tree_forward(spec, params, tree: DraftTree, root, cache: KVCache):
-    """Step 2: the target forward over the tree with `root` [B] written into node 0, hidden states
-    at the drafter's layers. Returns (tree with the root, its ancestor mask [B, N, N] (built once;
-    the verifier reuses it), the forward's ForwardOutput)."""
-    tree = tree._replace(tokens=tree.tokens.at[:, 0].set(root))
-    anc = ancestor_mask(tree.parents)
-    positions = cache.lengths[:, None] + depths(anc)
-    return tree, anc, apply(spec.graphdef, params, tree.tokens, positions, anc, cache,
-                            hidden_ids=tuple(spec.drafter.hidden_ids))
-
-
 class Committed(NamedTuple):
     """What `verify_commit` leaves for the rest of the step."""
     result: VerifyResult
@@ -84,95 +76,138 @@ class Committed(NamedTuple):
     stopped: jax.Array
 
 
-def verify_commit(spec, s: SpecState, tree: DraftTree, anc, logits, cache: KVCache, stop_ids,
-                  key) -> Committed:
-    """Steps 3-4 for the rows of state `s`: verification of the tree (with its ancestor mask
-    [B, N, N] and the target's logits [B, N, V]; greedy, or rejection sampling with the step's
-    keys [B]) and the commit: `cache` (the tree forward's) keeps the root and the accepted path
-    (inactive rows keep nothing), the new tokens are written, cut at a stop token or the budget."""
-    n = tree.tokens.shape[1]
-    active = ~s.done
-    if spec.greedy:
-        res = verify_greedy(tree, logits, anc)
-    else:
-        logp = sampling_logprobs(logits, s.sampling)
-        res = verify_sampling(tree, logp, step_keys(key, 2), spec.drafter.max_children, anc)
-    cache = cache.compact(res.path, jnp.where(active, res.num_accepted + 1, 0))
-    idx = jnp.arange(n)[None, :]
-    count = res.num_accepted + 1
-    is_stop = jnp.isin(res.new_tokens, stop_ids) & (idx < count[:, None])
-    has_stop = jnp.any(is_stop, axis=1)
-    upto = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)
-    room = s.budgets - s.generated
-    take = jnp.where(active, jnp.minimum(upto, room), 0)
-    out = write_rows(s.out, jnp.where(idx < take[:, None], res.new_tokens, -1), s.generated)
-    history = write_rows(s.history, res.new_tokens, s.hist_len)
-    hist_len = s.hist_len + take
-    generated = s.generated + take
-    hit = active & has_stop & (upto <= room)
-    return Committed(res, DraftContext(history, hist_len, res.bonus, cache.lengths), cache, out, history,
-                     hist_len, generated, s.done | hit | (generated >= s.budgets), s.stopped | hit)
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpeculativeLoop:
+    """Static settings of one speculative decode loop: frozen and hashable, so jit sees it as a
+    static `self` and equal settings share one executable."""
 
+    graphdef: Any
+    """The target's nnx GraphDef."""
+    cfg: ModelConfig
+    """The target's config."""
+    drafter: Any
+    """A Drafter (drafters/base.py)."""
+    cache_len: int
+    """KV cache slots per row: >= P + max_new + N (N = drafter.num_nodes)."""
+    max_new: int
+    """The largest new-token budget of any row (one compilation serves every smaller one)."""
+    greedy: bool = False
+    """Every row's temperature is 0: greedy verification."""
+    collect: bool = False
+    """Keep the target's hidden states at the drafter's layers for every committed position
+    (serving-time adaptation's free labels)."""
+    hist_size: int = 0
+    """S, the history's width: 0 = P + max_new + N of the rows started; a continuous-batching
+    stream sets its prompt bucket's, so rows from shorter buckets fit."""
 
-def spec_start(spec, params, drafter_params, inputs: LoopInputs) -> SpecState:
-    """The prefill and the drafter's first state: a `SpecState` for the rows of inputs.tokens
-    [B, P], with a history spec.hist_size wide (0: P + max_new + N)."""
-    tokens, lengths = inputs.tokens, inputs.lengths
-    b, p = tokens.shape
-    drafter, n = spec.drafter, spec.drafter.num_nodes
-    hist_size = spec.hist_size or p + spec.max_new + n
-    pre = prefill(spec.graphdef, spec.cfg, params, inputs, spec.cache_len, spec.max_new + n,
-                  tuple(drafter.hidden_ids))
-    dstate = drafter.init_state(drafter_params, Prefill(tokens, lengths, pre.hidden, pre.logits, pre.first),
-                                spec.cache_len)
-    history = jnp.zeros((b, hist_size), jnp.int32).at[:, :p].set(tokens)
-    history = write_rows(history, pre.first[:, None], lengths)
-    feats = None
-    if spec.collect:  # [B, S + N, n, H]: rows S.. are scratch that finished rows write into
-        feats = jnp.zeros((b, hist_size + n) + pre.hidden.shape[2:], pre.hidden.dtype)
-        feats = feats.at[:, :p].set(pre.hidden)
-    one = jnp.ones((b,), jnp.int32)
-    return SpecState(one, pre.first, one, pre.out, pre.done, pre.stopped, pre.cache, history, lengths + 1,
-                     dstate, jnp.zeros((b,), jnp.int32), feats, inputs.budgets, inputs.sampling, inputs.keys)
+    @property
+    def num_nodes(self) -> int:
+        """N, the nodes of every draft tree."""
+        return self.drafter.num_nodes
 
+    def tree_forward(self, params, tree: DraftTree, root, cache: KVCache):
+        """Step 2: the target forward over the tree with `root` [B] written into node 0, hidden
+        states at the drafter's layers. Returns (tree with the root, its ancestor mask [B, N, N]
+        (built once; the verifier reuses it), the forward's ForwardOutput)."""
+        tree = tree._replace(tokens=tree.tokens.at[:, 0].set(root))
+        anc = ancestor_mask(tree.parents)
+        positions = cache.lengths[:, None] + depths(anc)
+        return tree, anc, apply(self.graphdef, params, tree.tokens, positions, anc, cache,
+                                hidden_ids=tuple(self.drafter.hidden_ids))
 
-def spec_step(spec, params, drafter_params, s: SpecState, stop_ids) -> SpecState:
-    """One decoding step: propose, the tree forward, verify and commit, update."""
-    drafter = spec.drafter
-    active = ~s.done
-    ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
-    key = step_keys(s.keys, s.step)
-    tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
-    check_tree(tree, s.out.shape[0], drafter.num_nodes, spec.cfg.vocab_size, f"{type(drafter).__name__}.propose")
-    if spec.greedy:  # greedy verification never reads q: let XLA drop whatever built it
-        tree = tree._replace(draft_probs=None)
-    tree, anc, fwd = tree_forward(spec, params, tree, s.root, s.cache)
-    c = verify_commit(spec, s, tree, anc, fwd.logits, fwd.cache, stop_ids, key)
-    feats = s.features
-    if spec.collect:  # the accepted path's hidden states, at the root's history position onward
-        path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
-        feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, s.history.shape[1]))
-    dstate = drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden)
-    return s._replace(step=s.step + active, root=c.result.bonus, generated=c.generated, out=c.out,
-                      done=c.done, stopped=c.stopped, cache=c.cache, history=c.history,
-                      hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, features=feats)
+    def verify_commit(self, s: SpeculativeState, tree: DraftTree, anc, logits, cache: KVCache, stop_ids,
+                      key) -> Committed:
+        """Steps 3-4 for the rows of state `s`: verification of the tree (with its ancestor mask
+        [B, N, N] and the target's logits [B, N, V]; greedy, or rejection sampling with the step's
+        keys [B]) and the commit: `cache` (the tree forward's) keeps the root and the accepted path
+        (inactive rows keep nothing), the new tokens are written, cut at a stop token or the
+        budget."""
+        n = tree.tokens.shape[1]
+        active = ~s.done
+        if self.greedy:
+            res = verify_greedy(tree, logits, anc)
+        else:
+            logp = sampling_logprobs(logits, s.sampling)
+            res = verify_sampling(tree, logp, step_keys(key, 2), self.drafter.max_children, anc)
+        cache = cache.compact(res.path, jnp.where(active, res.num_accepted + 1, 0))
+        idx = jnp.arange(n)[None, :]
+        count = res.num_accepted + 1
+        is_stop = jnp.isin(res.new_tokens, stop_ids) & (idx < count[:, None])
+        has_stop = jnp.any(is_stop, axis=1)
+        upto = jnp.where(has_stop, jnp.argmax(is_stop, axis=1) + 1, count)
+        room = s.budgets - s.generated
+        take = jnp.where(active, jnp.minimum(upto, room), 0)
+        out = write_rows(s.out, jnp.where(idx < take[:, None], res.new_tokens, -1), s.generated)
+        history = write_rows(s.history, res.new_tokens, s.hist_len)
+        hist_len = s.hist_len + take
+        generated = s.generated + take
+        hit = active & has_stop & (upto <= room)
+        return Committed(result=res, ctx=DraftContext(history, hist_len, res.bonus, cache.lengths), cache=cache,
+                         out=out, history=history, hist_len=hist_len, generated=generated,
+                         done=s.done | hit | (generated >= s.budgets), stopped=s.stopped | hit)
 
+    def start(self, params, drafter_params, inputs: LoopInputs) -> SpeculativeState:
+        """The prefill and the drafter's first state: a `SpeculativeState` for the rows of
+        inputs.tokens [B, P], with a history hist_size wide (0: P + max_new + N)."""
+        tokens, lengths = inputs.tokens, inputs.lengths
+        b, p = tokens.shape
+        drafter, n = self.drafter, self.drafter.num_nodes
+        hist_size = self.hist_size or p + self.max_new + n
+        pre = prefill(self.graphdef, self.cfg, params, inputs, self.cache_len, self.max_new + n,
+                      tuple(drafter.hidden_ids))
+        dstate = drafter.init_state(drafter_params, Prefill(tokens, lengths, pre.hidden, pre.logits, pre.first),
+                                    self.cache_len)
+        history = jnp.zeros((b, hist_size), jnp.int32).at[:, :p].set(tokens)
+        history = write_rows(history, pre.first[:, None], lengths)
+        feats = None
+        if self.collect:  # [B, S + N, n, H]: rows S.. are scratch that finished rows write into
+            feats = jnp.zeros((b, hist_size + n) + pre.hidden.shape[2:], pre.hidden.dtype)
+            feats = feats.at[:, :p].set(pre.hidden)
+        one = jnp.ones((b,), jnp.int32)
+        return SpeculativeState(step=one, root=pre.first, generated=one, out=pre.out, done=pre.done,
+                                stopped=pre.stopped, cache=pre.cache, history=history, hist_len=lengths + 1,
+                                drafter=dstate, forwards=jnp.zeros((b,), jnp.int32), features=feats,
+                                budgets=inputs.budgets, sampling=inputs.sampling, keys=inputs.keys)
 
-def spec_run(spec, params, drafter_params, state: SpecState, stop_ids, wake) -> SpecState:
-    """Decoding steps until every row is done, or, when wake ([] int32) > 0, until at least `wake`
-    rows are (continuous batching: requests wait for free rows)."""
-    def cond(s: SpecState):
-        return ~jnp.all(s.done) & ~((wake > 0) & (jnp.sum(s.done) >= wake))
+    def step(self, params, drafter_params, s: SpeculativeState, stop_ids) -> SpeculativeState:
+        """One decoding step: propose, the tree forward, verify and commit, update."""
+        drafter = self.drafter
+        active = ~s.done
+        ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
+        key = step_keys(s.keys, s.step)
+        tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
+        check_tree(tree, s.out.shape[0], drafter.num_nodes, self.cfg.vocab_size,
+                   f"{type(drafter).__name__}.propose")
+        if self.greedy:  # greedy verification never reads q: let XLA drop whatever built it
+            tree = tree._replace(draft_probs=None)
+        tree, anc, fwd = self.tree_forward(params, tree, s.root, s.cache)
+        c = self.verify_commit(s, tree, anc, fwd.logits, fwd.cache, stop_ids, key)
+        feats = s.features
+        if self.collect:  # the accepted path's hidden states, at the root's history position onward
+            path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
+            feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, s.history.shape[1]))
+        dstate = drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden)
+        return s._replace(step=s.step + active, root=c.result.bonus, generated=c.generated, out=c.out,
+                          done=c.done, stopped=c.stopped, cache=c.cache, history=c.history,
+                          hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, features=feats)
 
-    return jax.lax.while_loop(cond, lambda s: spec_step(spec, params, drafter_params, s, stop_ids), state)
+    def run(self, params, drafter_params, state: SpeculativeState, stop_ids: jax.Array,
+            wake: jax.Array) -> SpeculativeState:
+        """Decoding steps until every row is done, or, when wake > 0, until at least `wake` are."""
+        return until_done(lambda s: self.step(params, drafter_params, s, stop_ids), state, wake)
 
+    def output(self, state: SpeculativeState) -> LoopOutput:
+        """The loop's outputs: tokens [B, max_new + N]; with collect also history [B, S], hist_len
+        [B] and features [B, S, n, H] (the target's hidden states at `drafter.hidden_ids` for
+        history positions < hist_len - 1)."""
+        out = LoopOutput(tokens=state.out, generated=state.generated, stopped=state.stopped,
+                         forwards=state.forwards)
+        if state.features is not None:
+            return out._replace(history=state.history, hist_len=state.hist_len,
+                                features=state.features[:, :state.history.shape[1]])
+        return out
 
-def spec_output(state: SpecState) -> LoopOutput:
-    """The loop's outputs: tokens [B, max_new + N]; with collect also history [B, S], hist_len
-    [B] and features [B, S, n, H] (the target's hidden states at `drafter.hidden_ids` for history
-    positions < hist_len - 1)."""
-    out = LoopOutput(state.out, state.generated, state.stopped, state.forwards)
-    if state.features is not None:
-        return out._replace(history=state.history, hist_len=state.hist_len,
-                            features=state.features[:, :state.history.shape[1]])
-    return out
+    def decode(self, params, drafter_params, inputs: LoopInputs) -> LoopOutput:
+        """The whole loop: start, run until every row is done, output."""
+        state = self.start(params, drafter_params, inputs)
+        return self.output(self.run(params, drafter_params, state, inputs.stop_ids, jnp.int32(0)))

@@ -18,8 +18,8 @@ warm-up call:
                   forward, the cache advance, sampling and the output write (at the cache_len
                   given: for a speculative method, its own loop's)
 
-The phases are the loops' own functions (`tree_forward`, `verify_commit` of
-decoding/speculative.py, `ar_step` of decoding/autoregressive.py) on the loop's own `LoopSpec`,
+The phases are the loops' own functions (`SpeculativeLoop.tree_forward`, `verify_commit` of
+decoding/speculative.py, `TargetLoop.step` of decoding/autoregressive.py) on the loop itself,
 so what is timed is what runs.
 
 Inputs are realistic: the loop's real start (the prefill of the batch's prompt tokens and
@@ -53,12 +53,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specblock_jax.decoding.autoregressive import ARState, ar_step
+from specblock_jax.decoding.autoregressive import TargetLoop, TargetState
 from specblock_jax.decoding.compiled import cached_count, compiled, release
-from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.loop import DecodeLoop
 from specblock_jax.decoding.prefill import LoopInputs, step_keys
 from specblock_jax.decoding.sampling import SamplingParams
-from specblock_jax.decoding.speculative import SpecState, tree_forward, verify_commit
+from specblock_jax.decoding.speculative import SpeculativeLoop, SpeculativeState
 from specblock_jax.drafters.base import DraftContext
 
 PHASES = ("propose", "update", "tree_forward", "verify", "forward_1")
@@ -75,50 +75,51 @@ def _advance_state(state, offset):
     return state
 
 
-def _context(s: SpecState) -> DraftContext:
+def _context(s: SpeculativeState) -> DraftContext:
     return DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
 
 
-def _propose(spec: LoopSpec, drop_probs, params, state, ctx: DraftContext, key):
-    tree, state = spec.drafter.propose(params, state, ctx, step_keys(key, 1))
+def _propose(loop: SpeculativeLoop, drop_probs, params, state, ctx: DraftContext, key):
+    tree, state = loop.drafter.propose(params, state, ctx, step_keys(key, 1))
     if drop_probs:  # as the loop: greedy verification never reads q, so XLA drops what built it
         tree = tree._replace(draft_probs=None)
     return tree, state
 
 
-def _verify(spec: LoopSpec, s: SpecState, tree, anc, logits, cache, stop_ids):
-    return verify_commit(spec, s, tree, anc, logits, cache, stop_ids, step_keys(s.keys, s.step))
+def _verify(loop: SpeculativeLoop, s: SpeculativeState, tree, anc, logits, cache, stop_ids):
+    return loop.verify_commit(s, tree, anc, logits, cache, stop_ids, step_keys(s.keys, s.step))
 
 
-def _verify_part(s: SpecState) -> SpecState:
+def _verify_part(s: SpeculativeState) -> SpeculativeState:
     """The state without what verification does not read (the cache before the tree forward, the
     drafter state): donated whole, it then hands over only what the loop updates in place."""
     return s._replace(cache=None, drafter=None)
 
 
-def _update(spec: LoopSpec, params, state, ctx, result, hidden):
-    return spec.drafter.update(params, state, ctx, result, hidden)
+def _update(loop: SpeculativeLoop, params, state, ctx, result, hidden):
+    return loop.drafter.update(params, state, ctx, result, hidden)
 
 
-def _setup(spec: LoopSpec, params, dparams, inputs: LoopInputs):
+def _setup(loop: DecodeLoop, params, dparams, inputs: LoopInputs):
     """The loop's real start, then every row advanced by max_new // 2 committed tokens (cache,
     history length, step, the drafter state's `length`; the new entries are zeros: contents do not
-    matter for timing) and running. A `SpecState`, or an `ARState` target-only."""
-    state = spec.start(params, dparams, inputs)
-    offset = spec.max_new // 2
+    matter for timing) and running. A `SpeculativeState`, or a `TargetState` target-only."""
+    state = loop.start(params, dparams, inputs)
+    offset = loop.max_new // 2
     running = jnp.zeros_like(state.done)
     state = state._replace(
         step=state.step + offset, cache=state.cache.advance(offset), done=running, stopped=running,
         generated=jnp.minimum(1 + offset, jnp.maximum(inputs.budgets - 1, 1)).astype(jnp.int32))
-    if spec.drafter is None:
+    if loop.drafter is None:
         return state
     return state._replace(hist_len=state.hist_len + offset, drafter=_advance_state(state.drafter, offset))
 
 
-def _ar_state(spec: LoopSpec, s: SpecState) -> ARState:
+def _target_state(loop: DecodeLoop, s: SpeculativeState) -> TargetState:
     """The target-only loop's state at the same point (forward_1 at the speculative loop's cache)."""
-    out = jnp.full((s.out.shape[0], spec.max_new), -1, jnp.int32)
-    return ARState(s.step, s.root, s.generated, out, s.done, s.stopped, s.cache, s.budgets, s.sampling, s.keys)
+    out = jnp.full((s.out.shape[0], loop.max_new), -1, jnp.int32)
+    return TargetState(step=s.step, last=s.root, generated=s.generated, out=out, done=s.done, stopped=s.stopped,
+                       cache=s.cache, budgets=s.budgets, sampling=s.sampling, keys=s.keys)
 
 
 # ------------------------------------------------------------------ timing
@@ -163,14 +164,14 @@ def default_inputs(tokens, lengths, *, max_new: int, greedy: bool = True) -> Loo
                       jax.random.split(jax.random.key(0), b))
 
 
-def step_profile(spec: LoopSpec, params, drafter_params, inputs: LoopInputs, *,
+def step_profile(loop: DecodeLoop, params, drafter_params, inputs: LoopInputs, *,
                  phases: Sequence[str] | None = None, reps: int = 7) -> dict[str, Any]:
-    """Times the phases of one decoding step (module docstring) of the loop `spec` describes, on
+    """Times the phases of one decoding step (module docstring) of `loop`, on
     the rows of `inputs` (tokens [B, P] at the loop's prompt bucket P, as the loop gets them;
     `default_inputs` builds some).
 
-    spec: the loop's settings (its drafter, e.g. `PromptLookup()`, whose `propose`/`update` are
-    nearly free but still timed, or None target-only; cache_len and max_new as the loop has
+    loop: a `TargetLoop` or `SpeculativeLoop` (its drafter, e.g. `PromptLookup()`, whose
+    `propose`/`update` are nearly free but still timed; cache_len and max_new as the loop has
     them, `generate`: cache_length(P, max_new[, N]); greedy selects verify_greedy or
     verify_sampling; collect and hist_size are not used); params: the target's. phases: which of
     PHASES to time (default all; target-only runs only "forward_1").
@@ -184,20 +185,23 @@ def step_profile(spec: LoopSpec, params, drafter_params, inputs: LoopInputs, *,
     unknown = set(wanted) - set(PHASES)
     if unknown:
         raise ValueError(f"unknown phases {sorted(unknown)}; choose from {PHASES}")
-    if spec.drafter is None:
+    greedy = False
+    if loop.drafter is None:
         wanted = tuple(ph for ph in wanted if ph == "forward_1")
-    greedy = spec.greedy
-    spec = dataclasses.replace(spec, collect=False, hist_size=0)
-    static_key = (dataclasses.replace(spec, greedy=False), b, p, reps)
+        static_key = (loop, b, p, reps)
+    else:
+        greedy = loop.greedy
+        loop = dataclasses.replace(loop, collect=False, hist_size=0)
+        static_key = (dataclasses.replace(loop, greedy=False), b, p, reps)
     todo = [ph for ph in wanted if _lookup(static_key, ph, greedy) is None]
     if todo:  # the phases' executables are dropped once timed (only the timings are cached)
         mark = cached_count()
         try:
-            _measure(spec, params, drafter_params, inputs, reps, static_key, todo)
+            _measure(loop, params, drafter_params, inputs, reps, static_key, todo)
         finally:
             release(mark)
     out: dict[str, Any] = {f"{ph}_ms": 1000 * _lookup(static_key, ph, greedy) for ph in wanted}
-    out.update(batch=b, prompt_len=p, cache_len=spec.cache_len, num_nodes=spec.num_nodes, length=spec.max_new // 2,
+    out.update(batch=b, prompt_len=p, cache_len=loop.cache_len, num_nodes=loop.num_nodes, length=loop.max_new // 2,
                reps=reps)
     return out
 
@@ -212,11 +216,11 @@ def _lookup(static_key, phase, greedy) -> float | None:
     return None
 
 
-def _measure(spec: LoopSpec, params, dparams, inputs: LoopInputs, reps, static_key, todo) -> None:
+def _measure(loop: DecodeLoop, params, dparams, inputs: LoopInputs, reps, static_key, todo) -> None:
     """Compiles each phase once; the drafter's phases run in loop order on the real state (propose
     -> tree forward -> verify -> update), each giving the next its real inputs, then each is timed."""
-    dparams = () if spec.drafter is None else dparams
-    s = _compiled(_setup, (spec,), params, dparams, inputs)(params, dparams, inputs)
+    dparams = () if loop.drafter is None else dparams
+    s = _compiled(_setup, (loop,), params, dparams, inputs)(params, dparams, inputs)
     runs = []  # (phase, executable, args, donated)
 
     def run(phase, fn, static, args, donate):
@@ -225,24 +229,27 @@ def _measure(spec: LoopSpec, params, dparams, inputs: LoopInputs, reps, static_k
         return exe(*(_copy(a) if i in donate else a for i, a in enumerate(args)))
 
     by_greedy = {"verify"}  # phases whose timing depends on greedy
-    if spec.drafter is not None and set(todo) & set(DRAFT_PHASES + ("tree_forward", "verify")):
+    if loop.drafter is not None and set(todo) & set(DRAFT_PHASES + ("tree_forward", "verify")):
         propose_args = (dparams, s.drafter, _context(s), step_keys(s.keys, s.step))
-        shape = jax.eval_shape(lambda *a: _propose(spec, False, *a)[0], *propose_args)
-        drop = spec.greedy and shape.draft_probs is not None
+        shape = jax.eval_shape(lambda *a: _propose(loop, False, *a)[0], *propose_args)
+        drop = loop.greedy and shape.draft_probs is not None
         if shape.draft_probs is not None:
             by_greedy.add("propose")
-        tree, dstate = run("propose", _propose, (spec, drop), propose_args, (1,))
-        tree, anc, fwd = run("tree_forward", tree_forward, (spec,), (params, tree, s.root, s.cache), (3,))
-        c = run("verify", _verify, (spec,), (_verify_part(s), tree, anc, fwd.logits, fwd.cache, inputs.stop_ids),
+        tree, dstate = run("propose", _propose, (loop, drop), propose_args, (1,))
+        tree, anc, fwd = run("tree_forward", SpeculativeLoop.tree_forward, (loop,), (params, tree, s.root, s.cache),
+                             (3,))
+        c = run("verify", _verify, (loop,), (_verify_part(s), tree, anc, fwd.logits, fwd.cache, inputs.stop_ids),
                 (0, 4))
         if "update" in todo:
-            run("update", _update, (spec,), (dparams, dstate, c.ctx, c.result, fwd.hidden), (1,))
+            run("update", _update, (loop,), (dparams, dstate, c.ctx, c.result, fwd.hidden), (1,))
     if "forward_1" in todo:
-        ar = s if spec.drafter is None else _ar_state(spec, s)
-        run("forward_1", ar_step, (spec,), (params, ar, inputs.stop_ids), (1,))
+        target_loop = TargetLoop(graphdef=loop.graphdef, cfg=loop.cfg, cache_len=loop.cache_len, max_new=loop.max_new)
+        state = s if loop.drafter is None else _target_state(loop, s)
+        run("forward_1", TargetLoop.step, (target_loop,), (params, state, inputs.stop_ids), (1,))
+    greedy = getattr(loop, "greedy", False)
     for phase, exe, args, donate in runs:
         if phase in todo:
-            key = (static_key, phase, spec.greedy) if phase in by_greedy else (static_key, phase)
+            key = (static_key, phase, greedy) if phase in by_greedy else (static_key, phase)
             _MEASURED[key] = median_seconds(exe, *args, reps=reps, donated=donate)
 
 

@@ -26,7 +26,7 @@ from specblock_jax.parallel.mesh import ShardingPlan, put_array
 
 
 def run_sharded(plan: ShardingPlan, fn: Callable, *args):
-    """fn(*args) traced under `plan`, e.g. fn = LoopSpec.decode with args (spec, params,
+    """fn(*args) traced under `plan`, e.g. fn = decode_loop with args (loop, params,
     drafter_params, inputs); the last argument is a `LoopInputs` whose keys are raw key data
     [B, 2] (uint32, `DecodeLayout.inputs`), wrapped back into typed keys. Outputs (a pytree of
     [B, ...] arrays) are split over "data"."""

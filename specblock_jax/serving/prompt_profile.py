@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from specblock_jax.models.kv_cache import cache_length, length_bucket
-from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.loop import make_loop
 from specblock_jax.decoding.step_profile import default_inputs, step_profile
 
 
@@ -27,9 +27,9 @@ def median_step_profile(target, drafter, drafter_params, token_lists: Sequence[S
         bucket = length_bucket(len(toks))
         tokens = np.zeros((1, bucket), np.int32)
         tokens[0, :len(toks)] = toks
-        spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
+        loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
                         cache_len=cache_length(bucket, max_new, n), max_new=max_new, greedy=True)
-        per.append(step_profile(spec, target.params, drafter_params,
+        per.append(step_profile(loop, target.params, drafter_params,
                                 default_inputs(tokens, [len(toks)], max_new=max_new), reps=reps))
     keys = [k for k in per[0] if k.endswith("_ms")]
     return {**{k: float(np.median([p[k] for p in per])) for k in keys}, "prompts": len(per)}

@@ -37,7 +37,7 @@ from specblock_jax.decoding.decode import OnBatch, decode
 from specblock_jax.decoding.job import JobSettings, Request, prepare, renumber
 from specblock_jax.decoding.options import DEFAULTS, DecodeOptions
 from specblock_jax.models.kv_cache import length_bucket
-from specblock_jax.decoding.loop import LoopSpec
+from specblock_jax.decoding.loop import DecodeLoop, make_loop
 from specblock_jax.decoding.prefill import LoopInputs, prefill
 from specblock_jax.decoding.results import GenerationResult
 from specblock_jax.decoding.sampling import GREEDY, Sampling, SamplingParams
@@ -83,14 +83,14 @@ class TableRoutes:
         return getattr(self.inner, name)
 
 
-def _route_batch(spec: LoopSpec, params, drafter_params, tokens, lengths):
-    """[B, P] right-padded prompts -> [B] int32 groups (the prefill's logits through the spec's
+def _route_batch(loop: DecodeLoop, params, drafter_params, tokens, lengths):
+    """[B, P] right-padded prompts -> [B] int32 groups (the prefill's logits through the loop's
     drafter's `route`; its first token, drawn greedily, is unused)."""
     b = tokens.shape[0]
     inputs = LoopInputs(tokens, lengths, jnp.ones((b,), jnp.int32), SamplingParams.make(b, 0.0),
                         jnp.full((1,), -1, jnp.int32), jax.random.split(jax.random.key(0), b))
-    pre = prefill(spec.graphdef, spec.cfg, params, inputs, spec.cache_len, 1)
-    return spec.drafter.route(drafter_params, pre.logits)
+    pre = prefill(loop.graphdef, loop.cfg, params, inputs, loop.cache_len, 1)
+    return loop.drafter.route(drafter_params, pre.logits)
 
 
 def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]],
@@ -110,8 +110,8 @@ def route_prompts(target, drafter, drafter_params, ids: Sequence[Sequence[int]],
             tokens[r, :len(ids[i])] = ids[i]
         lengths = jnp.asarray([len(ids[i]) for i in rows], jnp.int32)
         args = (target.params, drafter_params, jnp.asarray(tokens), lengths)
-        spec = LoopSpec(graphdef=target.graphdef, cfg=target.config, drafter=drafter, cache_len=width, max_new=1)
-        exe, seconds = compiled(_route_batch, (spec,), *args)
+        loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=drafter, cache_len=width, max_new=1)
+        exe, seconds = compiled(_route_batch, (loop,), *args)
         t0 = time.perf_counter()
         out = np.asarray(exe(*args))
         wall += time.perf_counter() - t0
