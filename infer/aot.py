@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from specblock_jax import aot
+from specblock_jax.aot.presets import methods
 from specblock_jax.aot.report import markdown_table
 from specblock_jax.aot.train import parse_train_settings
 
@@ -27,8 +28,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--target", required=True,
                     help=f"a preset ({', '.join(aot.PRESETS)}), an HF folder or a config.json")
     ap.add_argument("--method", required=True,
-                    help="ar, prompt_lookup, eagle3, specblock, dflash, blockpilot or a drafter folder, "
-                         "with optional :key=value decoding overrides")
+                    help=f"{', '.join(methods())} or a drafter folder, with optional :key=value decoding "
+                         "overrides")
     ap.add_argument("--topology", required=True, help="e.g. v5e:2x2, v5p:2x2x1, v6e:2x4")
     ap.add_argument("--mesh", default=None, help="data=D,model=K (default: all chips tensor-parallel; "
                                                    "training: all FSDP)")

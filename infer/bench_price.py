@@ -39,6 +39,7 @@ import json
 from pathlib import Path
 
 import specblock_jax
+from specblock_jax.drafters import registry
 from specblock_jax.serving.methods import Method
 
 PRICED_KEYS = ("priced_step_ms", "priced_speedup", "priced_draft_ms_per_token")
@@ -81,16 +82,19 @@ def method_shape(drafter: Method) -> dict | None:
     ':key=value' tree settings, "nodes" or "block": its size}; {"method": "ar"} for target-only;
     None for an `auto:` method (it switches between options: no one step to price). The drafter is
     sized as released for the preset (`aot.released_drafter`); only the tree or block size and
-    EAGLE-3's top_k/depth come from the bench's method."""
+    the settings its kind's `AotPreset.priced_settings` names (EAGLE-3's top_k/depth) come from
+    the bench's method."""
     if drafter.auto is not None:
         return None
     if drafter.drafter is None:
         return {"method": "ar"}
     d = drafter.drafter.drafter
     kind = d.kind
-    if kind in ("dflash", "blockpilot"):  # BlockPilot drafts at routed sizes <= its DFlash's block: priced at that
+    preset = registry.get(kind).aot if kind in registry.kinds() else None
+    if preset is not None and preset.size_knob == "block_size":
+        # a block drafter (BlockPilot drafts at routed sizes <= its DFlash's block: priced at that)
         return {"method": kind, "block": int(d.num_nodes)}
-    knobs = f":top_k={d.top_k}:depth={d.depth}" if kind == "eagle3" else ""
+    knobs = "".join(f":{k}={getattr(d, k)}" for k in (preset.priced_settings if preset is not None else ()))
     return {"method": kind + knobs, "nodes": int(d.num_nodes)}
 
 

@@ -152,7 +152,7 @@ def run_decode() -> dict:
     for i in range(10):  # repetitive prompts, so prompt lookup accepts drafts; one length bucket
         motif = rng.integers(3, CFG.vocab_size, size=int(rng.integers(2, 5))).tolist()
         prompts.append(([0] + motif * 6)[: int(rng.integers(5, 17))])
-    kw = dict(max_new_tokens=12, batch_size=4, temperature=0.0)
+    kw = dict(max_new_tokens=12, sampling=sbj.Sampling(0.0))
     task = Eagle3Task(TASK_CFG, tgt)
     eagle = task.decoding_drafter(task.init_params(jax.random.key(5)))
     sb_task = SpecBlockTask({"num_nodes": 10, "num_blocks": 2}, tgt)
@@ -168,7 +168,7 @@ def run_decode() -> dict:
     # greedy: every method's output is the target's own (the lossless tests prove it on one device),
     # so each mesh run is compared with target-only decoding on one device. (BlockPilot serves all
     # sizes in one masked loop under a mesh, where one device routes each request to its size.)
-    ar = [r.token_ids for r in sbj.generate(tgt, prompts, **kw)]
+    ar = [r.token_ids for r in sbj.generate(tgt, prompts, **kw, options=sbj.DecodeOptions(batch_size=4))]
     out = {"ref_lengths": [len(t) for t in ar], "meshes": {}}
     for name, spec in MESHES.items():
         mesh = parallel.make_mesh(spec)
@@ -177,7 +177,8 @@ def run_decode() -> dict:
         use = {"8x1": ["ar"], "4x2": ["prompt_lookup", "eagle3", "blockpilot"], "2x4": ["specblock"]}[name]
         out["meshes"][name] = {}
         for m in use:
-            res = sbj.generate(tgt, prompts, drafter=methods[m], **kw, options=sbj.DecodeOptions(mesh=mesh))
+            res = sbj.generate(tgt, prompts, drafter=methods[m], **kw,
+                               options=sbj.DecodeOptions(batch_size=4, mesh=mesh))
             out["meshes"][name][m] = {
                 "identical": [r.token_ids for r in res] == ar,
                 "taus": [r.stats.tau for r in res],

@@ -175,7 +175,7 @@ def test_the_adapter_decides_from_the_requests_it_holds_not_from_later_calls(tar
     def decisions(ad, start=0):
         return [(e["update"], e.get("rolled_back", False), e["remaining_tokens"]) for e in ad.events[start:]]
 
-    kw = dict(drafter=eagle3, max_new_tokens=16, batch_size=2, refill=False)
+    kw = dict(drafter=eagle3, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=2, refill=False))
     alone, followed = _adapter(eagle3, cost_scale=0.0), _adapter(eagle3, cost_scale=0.0)
     sbj.generate(target, prompts[:6], adapter=alone, **kw)
     sbj.generate(target, prompts[:6], adapter=followed, **kw)
@@ -369,14 +369,14 @@ def test_bad_settings_and_kinds_are_refused(target, eagle3):
     with pytest.raises(ValueError, match="cannot adapt|trainable weights"):
         Adapter(sbj.LoadedDrafter(sbj.drafters.prompt_lookup.PromptLookup(), ()))
     with pytest.raises(ValueError, match="the drafter the adapter was built for"):
-        sbj.generate(target, [[1, 2, 3]], drafter="prompt_lookup", adapter=_adapter(eagle3))
+        sbj.generate(target, [[1, 2, 3]], drafter=sbj.load_drafter("prompt_lookup", target), adapter=_adapter(eagle3))
 
 
 @pytest.mark.slow
 def test_the_adapter_state_saves_and_a_resumed_job_continues_identically(target, eagle3, prompts, tmp_path):
     """Saving after half a job and loading into a fresh adapter continues exactly as the adapter
     that never stopped (updates forced: cost_scale=0)."""
-    kw = dict(drafter=eagle3, max_new_tokens=12, batch_size=2)
+    kw = dict(drafter=eagle3, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=2))
     straight, first = _adapter(eagle3, cost_scale=0.0), _adapter(eagle3, cost_scale=0.0)
     for ad in (straight, first):
         sbj.generate(target, prompts[:4], adapter=ad, **kw)

@@ -58,14 +58,14 @@ def test_bucketed_decoding_equals_full_attention_and_compiles_once_across_bucket
     bundle = eagle.decoding_drafter(eagle.init_params(jax.random.key(3)))
     rng = np.random.default_rng(5)
     prompts = [rng.integers(0, 64, rng.integers(20, 61)).tolist() for _ in range(2)]
-    kw = dict(max_new_tokens=150, batch_size=2)
+    kw = dict(max_new_tokens=150, options=sbj.DecodeOptions(batch_size=2))
     want = [r.token_ids for r in sbj.generate(full, prompts, **kw)]
     assert all(len(w) == 150 for w in want)
-    for drafter in (None, "prompt_lookup", bundle):
+    for drafter in (None, sbj.load_drafter("prompt_lookup", target), bundle):
         got = sbj.generate(target, prompts, drafter=drafter, **kw)
         assert [r.token_ids for r in got] == want
     warm = compilation_count()
     others = [rng.integers(0, 64, rng.integers(33, 64)).tolist() for _ in range(2)]
-    for drafter in (None, "prompt_lookup", bundle):
+    for drafter in (None, sbj.load_drafter("prompt_lookup", target), bundle):
         sbj.generate(target, others, drafter=drafter, **kw)
     assert compilation_count() == warm

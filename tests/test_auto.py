@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 import specblock_jax as sbj
-from specblock_jax.decoding import AutoServe
+from specblock_jax.drafters.prompt_lookup import PromptLookup
+from specblock_jax.serving import AutoServe
 from spec_drafters import RandomTreeDrafter, skewed_draft_params
 from helpers_sampling import V, chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
+
+PL = sbj.LoadedDrafter(PromptLookup(), ())  # prompt lookup with its (empty) weights
 
 
 def _serve(auto, speed, chunks, regime="greedy", total=None):
@@ -25,7 +28,7 @@ def _serve(auto, speed, chunks, regime="greedy", total=None):
 
 
 def test_the_choice_explores_every_option_then_serves_the_fastest_and_rechecks_less_and_less():
-    auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3)
+    auto = AutoServe(PL, budgets=(4,), recheck_every=3)
     assert auto.options == ["ar", 4, 8]  # prompt lookup's own budget (8 nodes) and 4
     picks = _serve(auto, lambda o, n: {"ar": 100.0, 4: 300.0, 8: 200.0}[o], 70)
     assert picks[:3] == [("ar", "explore"), (4, "explore"), (8, "explore")]
@@ -37,17 +40,17 @@ def test_the_choice_explores_every_option_then_serves_the_fastest_and_rechecks_l
     assert auto.choose("sampled") == ("ar", "explore")  # regimes are measured apart
     assert auto.summary()["greedy"]["chunks"] == {"ar": 4, "4": 63, "8": 3}
     # an option within 0.8x of the fastest waits only twice as long each time: 6, 12, 24 chunks
-    close = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3)
+    close = AutoServe(PL, budgets=(4,), recheck_every=3)
     picks = _serve(close, lambda o, n: {"ar": 100.0, 4: 300.0, 8: 250.0}[o], 50)
     assert [n for n, (o, why) in enumerate(picks) if o == 8 and why == "recheck"] == [9, 22, 47]
     with pytest.raises(ValueError, match="no tree budget"):
         AutoServe(sbj.LoadedDrafter(RandomTreeDrafter(6, V), ()), budgets=(4,))
     with pytest.raises(ValueError, match="slow"):
-        AutoServe("prompt_lookup", slow=0.0)
+        AutoServe(PL, slow=0.0)
 
 
 def test_the_choice_follows_a_speed_change_found_by_a_recheck_and_pools_recent_chunks():
-    auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3, window=2)
+    auto = AutoServe(PL, budgets=(4,), recheck_every=3, window=2)
     # target-only becomes the fastest from chunk 10 on: its re-check at chunk 18 finds it, and it
     # serves from then on; 4, overtaken, is re-checked 3 chunks later and loses again. Its first
     # chunk served as the fastest (900 tokens/s against its pooled 500) drifts: 8's re-check, due
@@ -65,7 +68,7 @@ def test_the_choice_follows_a_speed_change_found_by_a_recheck_and_pools_recent_c
 
 def test_a_larger_budget_than_a_losing_one_waits_unexplored_and_no_recheck_comes_near_the_end():
     speed = lambda o, n: {"ar": 300.0, 4: 100.0, 8: 200.0}[o]  # noqa: E731
-    auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3)
+    auto = AutoServe(PL, budgets=(4,), recheck_every=3)
     picks = _serve(auto, speed, 20)
     # 4 ran below 0.8x target-only, so 8 is not explored: it waits 12 chunks (4 x recheck_every)
     # from chunk 2, as 4 does after its measurement at chunk 1; both are re-checked at 14 and 15
@@ -73,9 +76,9 @@ def test_a_larger_budget_than_a_losing_one_waits_unexplored_and_no_recheck_comes
     assert [(n, o) for n, (o, why) in enumerate(picks) if why == "recheck"] == [(14, 4), (15, 8)]
     assert all(p == ("ar", "best") for n, p in enumerate(picks[2:], 2) if n not in (14, 15))
     # a job of 18 chunks: the re-check at 14 has 3 chunks after it, the one at 15 only 2 (skipped)
-    picks = _serve(AutoServe("prompt_lookup", budgets=(4,), recheck_every=3), speed, 18, total=18)
+    picks = _serve(AutoServe(PL, budgets=(4,), recheck_every=3), speed, 18, total=18)
     assert [(n, o) for n, (o, why) in enumerate(picks) if why == "recheck"] == [(14, 4)]
-    picks = _serve(AutoServe("prompt_lookup", budgets=(4,), recheck_every=3), speed, 16, total=16)
+    picks = _serve(AutoServe(PL, budgets=(4,), recheck_every=3), speed, 16, total=16)
     assert [o for o, why in picks] == ["ar", 4] + ["ar"] * 14
 
 
@@ -84,7 +87,7 @@ def test_auto_decides_from_the_requests_it_holds_not_from_later_calls(monkeypatc
     whether or not another call follows, and near the call's end no re-check is made (too few
     queued chunks would gain from it) even when the next call then re-checks first thing."""
     import specblock_jax.serving.auto as auto_mod
-    from specblock_jax.decoding.job import DecodeOptions, Request
+    from specblock_jax.decoding.job import JobSettings, Request
 
     def fake_serve(target, requests, drafter, options):  # 10 tokens a request, target-only slower
         seconds = 10 / (100.0 if drafter is None else 300.0)
@@ -97,10 +100,10 @@ def test_auto_decides_from_the_requests_it_holds_not_from_later_calls(monkeypatc
     def choices(auto, start=0):
         return [(e["option"], e["why"]) for e in auto.events[start:]]
 
-    alone, followed = (AutoServe("prompt_lookup", chunk=1, recheck_every=2) for _ in range(2))
-    alone.serve(None, call, DecodeOptions(batch_size=1))
-    followed.serve(None, call, DecodeOptions(batch_size=1))
-    followed.serve(None, call, DecodeOptions(batch_size=1))
+    alone, followed = (AutoServe(PL, chunk=1, recheck_every=2) for _ in range(2))
+    alone.serve(None, call, JobSettings(batch_size=1))
+    followed.serve(None, call, JobSettings(batch_size=1))
+    followed.serve(None, call, JobSettings(batch_size=1))
     # "ar", overtaken at chunk 1, is due again at chunk 4: 2 chunks queued there, too few
     assert choices(alone) == choices(followed)[:6] == [("ar", "explore"), (8, "explore")] + [(8, "best")] * 4
     assert choices(followed, 6)[0] == ("ar", "recheck")  # the next call holds 6 chunks
@@ -112,11 +115,11 @@ def test_auto_greedy_output_is_target_only_and_every_chunk_is_logged(small_vocab
     prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(18)]
     budgets = [4 + 5 * (i % 4) for i in range(18)]
     # slow=1e-3: no budget counts as losing, so each is explored (its skipping is tested above)
-    auto = AutoServe("prompt_lookup", budgets=(4,), chunk=4, recheck_every=2, slow=1e-3)
+    auto = AutoServe(PL, budgets=(4,), chunk=4, recheck_every=2, slow=1e-3)
     temps = [0.0] * 12 + [1.0] * 6
     ar = sbj.generate(small_vocab_target, prompts[:12], max_new_tokens=budgets[:12],
                       options=sbj.DecodeOptions(batch_size=2))
-    res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=budgets,
+    res = auto.generate(small_vocab_target, prompts, max_new_tokens=budgets,
                        sampling=sbj.Sampling(temps), options=sbj.DecodeOptions(batch_size=2))
     assert [r.token_ids for r in res[:12]] == [r.token_ids for r in ar]
     assert [r.index for r in res] == list(range(18)) and all(len(r.token_ids) == b for r, b in zip(res, budgets))
@@ -133,8 +136,8 @@ def test_auto_measures_the_decode_loops_not_the_step_profiling(small_vocab_targe
     profile="all" (as specblock-bench runs) the phase timing outside the loops does not count."""
     rng = np.random.default_rng(4)
     prompts = [rng.integers(0, V, rng.integers(2, 12)).tolist() for _ in range(10)]
-    auto = AutoServe("prompt_lookup", budgets=(4,), chunk=2, slow=1e-3)
-    res = sbj.generate(small_vocab_target, prompts, drafter=auto, max_new_tokens=8,
+    auto = AutoServe(PL, budgets=(4,), chunk=2, slow=1e-3)
+    res = auto.generate(small_vocab_target, prompts, max_new_tokens=8,
                        options=sbj.DecodeOptions(batch_size=2, profile="all"))
     assert len(auto.events) == 5
     for n, event in enumerate(auto.events):
@@ -162,7 +165,7 @@ def test_auto_sampling_follows_the_target_distribution_while_switching(small_voc
 
 def test_auto_method_string_resolves_and_refuses_ar(tmp_path):
     target = sbj.init_target(sbj.models.config.tiny(vocab_size=16), seed=0)
-    auto = sbj.decoding.resolve_method("auto:prompt_lookup:num_nodes=6", target)
+    auto = sbj.serving.resolve_method("auto:prompt_lookup:num_nodes=6", target).auto
     assert isinstance(auto, AutoServe) and auto.options == ["ar", 3, 6]
     with pytest.raises(ValueError, match="needs a drafter method"):
-        sbj.decoding.resolve_method("auto:ar", target)
+        sbj.serving.resolve_method("auto:ar", target)

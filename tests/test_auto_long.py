@@ -8,13 +8,16 @@ import numpy as np
 import pytest
 
 import specblock_jax as sbj
-from specblock_jax.decoding import AutoServe
+from specblock_jax.drafters.prompt_lookup import PromptLookup
+from specblock_jax.serving import AutoServe
 from specblock_jax.serving.auto import Probe
 from spec_drafters import RandomTreeDrafter, skewed_draft_params
 from helpers_sampling import V as SAMPLING_V
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
 
 V = 32  # the tiny peaked target's vocabulary (conftest `target`)
+
+PL = sbj.LoadedDrafter(PromptLookup(), ())  # prompt lookup with its (empty) weights
 
 
 def _spy(monkeypatch, auto):
@@ -44,9 +47,9 @@ def test_a_probe_decodes_probe_tokens_of_the_explored_option_then_the_fastest_fi
     stop = ref[2].token_ids[1]  # request 2 (chunk 1) stops within the probe
     ref = sbj.generate(target, prompts, max_new_tokens=9,
                        options=sbj.DecodeOptions(batch_size=2, stop_tokens=[stop], refill=False))
-    auto = AutoServe("prompt_lookup", budgets=(4,), chunk=2, probe_tokens=3, slow=1e-3)
+    auto = AutoServe(PL, budgets=(4,), chunk=2, probe_tokens=3, slow=1e-3)
     calls = _spy(monkeypatch, auto)
-    res = sbj.generate(target, prompts, drafter=auto, max_new_tokens=9,
+    res = auto.generate(target, prompts, max_new_tokens=9,
                        options=sbj.DecodeOptions(batch_size=2, stop_tokens=[stop]))
     assert [r.token_ids for r in res] == [r.token_ids for r in ref]  # greedy: lossless across segments
     assert [(e["option"], e["why"]) for e in auto.events] == [("ar", "explore"), (4, "explore"), (8, "explore")]
@@ -94,7 +97,7 @@ def test_a_probe_credits_the_explored_option_with_its_speed_relative_to_the_fast
     """A short probe is slowed by its prefill: budget 4 ran its 32 probe tokens at 80 tokens/s raw,
     below target-only's pooled 100, but target-only's paired segment on the same requests ran at
     50: budget 4 is credited 1.6 x 100 and becomes the fastest."""
-    auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3)
+    auto = AutoServe(PL, budgets=(4,), recheck_every=3)
     auto.record("greedy", "ar", "explore", 4, 100, 1.0, 0.0, bucket=64)
     event = auto.record("greedy", 4, "explore", 4, 264, 3.04, 0.0, bucket=64,
                         probe=Probe(32, 0.4, "ar", 32, 0.64, 200, 2.0))
@@ -109,7 +112,7 @@ def test_options_are_ranked_on_measurements_in_the_chunks_attention_bucket(monke
     everywhere; per bucket target-only serves long-prompt chunks and 4 short ones, and the long
     chunk does not lower 4's speed on short prompts. A bucket with no measurement yet is served by
     the fastest over all buckets. serve keys each chunk by its longest prompt's bucket."""
-    auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=6)
+    auto = AutoServe(PL, budgets=(4,), recheck_every=6)
     for option, tokens in (("ar", 100), (4, 300), (8, 180)):
         assert auto.choose("greedy", bucket=64) == (option, "explore")
         auto.record("greedy", option, "explore", 4, tokens, 1.0, 0.0, bucket=64)
@@ -121,22 +124,22 @@ def test_options_are_ranked_on_measurements_in_the_chunks_attention_bucket(monke
     assert auto.speed("greedy", 4, 64) == 300.0 and auto.summary()["greedy"]["by_bucket"]["512"]["4"] == 100.0
     assert auto.choose("greedy", bucket=256) == (4, "best")  # ar and 8 wait for their re-checks
     # an option measured elsewhere with no re-check pending is explored in a new bucket
-    fresh = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3, slow=1e-3)
+    fresh = AutoServe(PL, budgets=(4,), recheck_every=3, slow=1e-3)
     fresh.record("greedy", "ar", "explore", 4, 300, 1.0, 0.0, bucket=64)
     fresh.record("greedy", 4, "best", 4, 100, 1.0, 0.0, bucket=512)  # ar the fastest overall, 4 in 512
     assert fresh.choose("greedy", bucket=512) == (8, "explore") and fresh.choose("greedy", bucket=64) == (4, "explore")
 
     import specblock_jax.serving.auto as auto_mod
-    from specblock_jax.decoding.job import DecodeOptions, Request
+    from specblock_jax.decoding.job import JobSettings, Request
 
     def fake_serve(target, requests, drafter, options):  # 10 tokens a request in 0.1 s
         stats = lambda j: sbj.GenerationStats(1, 10, 11, 1.0, "length", None, 0.1, 0.0, 1, j)  # noqa: E731
         return [sbj.GenerationResult(None, [1] * 10, stats(j), j) for j in range(len(requests))]
 
     monkeypatch.setattr(auto_mod, "serve", fake_serve)
-    served = AutoServe("prompt_lookup", chunk=2)
+    served = AutoServe(PL, chunk=2)
     lengths = [3, 20, 5, 5, 300, 7]  # chunks' longest prompts: 20, 5, 300
-    served.serve(None, [Request(i, [1] * n, 10, 0.0, i) for i, n in enumerate(lengths)], DecodeOptions(batch_size=1))
+    served.serve(None, [Request(i, [1] * n, 10, 0.0, i) for i, n in enumerate(lengths)], JobSettings(batch_size=1))
     assert [e["bucket"] for e in served.events] == [32, 16, 512]
 
 
@@ -146,7 +149,7 @@ def test_drift_of_the_served_options_speed_brings_rechecks_forward():
     (20 + 1 + recheck_every, target-only first); with a threshold never reached they stay
     far off, and 8 only takes over once 4's pooled speed has fallen below its old measurement."""
     def picks(drift):
-        auto = AutoServe("prompt_lookup", budgets=(4,), recheck_every=3, drift=drift)
+        auto = AutoServe(PL, budgets=(4,), recheck_every=3, drift=drift)
         out = []
         for n in range(40):
             option, why = auto.choose("greedy")
@@ -161,4 +164,4 @@ def test_drift_of_the_served_options_speed_brings_rechecks_forward():
     slow, _ = picks(10.0)
     assert [r for r in slow if r[0] >= 20] == [(31, 4)]  # 8 served, unmeasured, from when 4's pool fell
     with pytest.raises(ValueError, match="drift"):
-        AutoServe("prompt_lookup", drift=0.0)
+        AutoServe(PL, drift=0.0)

@@ -14,10 +14,14 @@ from specblock_jax.decoding.compiled import cached_count
 from specblock_jax_cli.infer import bench, bench_report
 from specblock_jax_cli.infer.auto_plot import plot_auto
 from specblock_jax_cli.infer.labels import method_label
+import specblock_jax as sbj
+from specblock_jax.drafters.prompt_lookup import PromptLookup
 
 PHASES_MS = ("propose_ms", "update_ms", "tree_forward_ms", "verify_ms", "forward_1_ms")
 STEP_KEYS = {*PHASES_MS, "draft_ms_per_step", "verify_ms_per_step", "ideal_speedup", "achieved_over_ideal",
              "step_profiles", "calibrated", "calibrate_s", "calibration"}
+
+PL = sbj.LoadedDrafter(PromptLookup(), ())  # prompt lookup with its (empty) weights
 
 
 @pytest.mark.slow
@@ -243,16 +247,19 @@ def test_rounds_tell_the_adapter_and_auto_nothing_of_later_rounds(monkeypatch):
         def __setattr__(self, name, value):
             raise AssertionError(f"the bench told the adapter {name}={value!r}")
 
-    auto, held = bench.sbj.decoding.AutoServe("prompt_lookup"), FakeAdapter()
+    auto, held = bench.sbj.serving.AutoServe(PL), FakeAdapter()
     before = dict(vars(auto))
     seen = []
 
-    def fake_generate(target, prompts, drafter=None, adapter=None, **kw):
-        seen.append((len(prompts), drafter is auto, adapter is held))
+    def fake_generate(target, prompts, adapter=None, **kw):
+        seen.append((len(prompts), True, adapter is held))
         return []
 
-    monkeypatch.setattr(bench.sbj, "generate", fake_generate)
-    monkeypatch.setattr(bench, "prepare_method", lambda *a: {"method": "m", "drafter": auto, "adapter": held,
+    monkeypatch.setattr(auto, "generate", fake_generate)
+    served = bench.Method("auto:m", PL, auto)
+    monkeypatch.setattr(served, "generate", lambda target, prompts, adapter=None, **kw: (
+        seen.append((len(prompts), served.auto is auto, adapter is held)) or []))
+    monkeypatch.setattr(bench, "prepare_method", lambda *a: {"method": "m", "served": served, "adapter": held,
                                                              "calibration": None})
     monkeypatch.setattr(bench, "summarise", lambda *a: {})
     args = argparse.Namespace(rounds=3, max_new_tokens=10, seed=0, no_refill=False, queue=0)

@@ -8,12 +8,17 @@ import pytest
 
 from specblock_jax import aot
 from specblock_jax.serving.auto import AutoServe
+from specblock_jax.serving.methods import Method
 from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax_cli.infer import bench
 from specblock_jax_cli.infer.bench_price import PRICED_KEYS, PriceSpec, Pricer, method_shape
+import specblock_jax as sbj
+from specblock_jax.drafters.prompt_lookup import PromptLookup
 
 needs_libtpu = pytest.mark.skipif(not aot.topology.libtpu_installed(),
                                   reason="needs libtpu: pip install 'specblock-jax[tpu]'")
+
+PL = sbj.LoadedDrafter(PromptLookup(), ())  # prompt lookup with its (empty) weights
 
 
 def _prompts(tmp_path, n=2):
@@ -108,11 +113,11 @@ def test_method_shape_prices_the_methods_tree_or_block_size(tiny_ckpt):
     cfg = aot.load_target_config(str(tiny_ckpt))
     eagle, _ = aot.released_drafter("eagle3:top_k=2:depth=3", cfg, nodes=8)
     dflash, _ = aot.released_drafter("dflash", cfg, block=8)
-    assert method_shape(None) == {"method": "ar"}
-    assert method_shape("prompt_lookup") == {"method": "prompt_lookup", "nodes": 8}
-    assert method_shape(LoadedDrafter(eagle, ())) == {"method": "eagle3:top_k=2:depth=3", "nodes": 8}
-    assert method_shape(LoadedDrafter(dflash, ())) == {"method": "dflash", "block": 8}
-    assert method_shape(AutoServe("prompt_lookup")) is None  # switches between options: no one step
+    assert method_shape(Method("ar", None)) == {"method": "ar"}
+    assert method_shape(Method("prompt_lookup", PL)) == {"method": "prompt_lookup", "nodes": 8}
+    assert method_shape(Method("e", LoadedDrafter(eagle, ()))) == {"method": "eagle3:top_k=2:depth=3", "nodes": 8}
+    assert method_shape(Method("d", LoadedDrafter(dflash, ()))) == {"method": "dflash", "block": 8}
+    assert method_shape(Method("auto:prompt_lookup", PL, AutoServe(PL))) is None  # no one step to price
 
 
 def test_a_price_cache_is_reused_by_a_later_pricer_on_the_same_code_and_missed_on_other_code(monkeypatch, tmp_path):

@@ -62,7 +62,7 @@ def test_masked_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target,
     chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits))
     assert len(set(chosen.tolist())) >= 2  # the batch really mixes sizes
     # sampled: same random streams per prompt, so a mixed batch must give each row's tokens exactly
-    kw = dict(temperature=1.0, max_new_tokens=16, seed=2)
+    kw = dict(sampling=sbj.Sampling(1.0), max_new_tokens=16, seed=2)
     mixed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), **kw,
                          options=sbj.DecodeOptions(batch_size=len(prompts)))
     alone = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), **kw,
@@ -96,9 +96,9 @@ def test_routed_requests_draft_exactly_their_size_and_equal_decoding_alone(targe
     chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits)).tolist()
     assert len(set(chosen)) >= 2
     outputs = []
-    for kw in (dict(max_new_tokens=16), dict(temperature=1.0, max_new_tokens=16, seed=2)):
-        routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), **kw,
-                              options=sbj.DecodeOptions(batch_size=4))
+    for kw in (dict(max_new_tokens=16), dict(sampling=sbj.Sampling(1.0), max_new_tokens=16, seed=2)):
+        routed = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(drafter, params), **kw,
+                                             options=sbj.DecodeOptions(batch_size=4))
         outputs.append([r.token_ids for r in routed])
         assert [r.stats.route["group"] for r in routed] == [r.stats.route["chosen"] for r in routed] == chosen
         assert [r.index for r in routed] == list(range(len(prompts)))
@@ -110,21 +110,21 @@ def test_routed_requests_draft_exactly_their_size_and_equal_decoding_alone(targe
     ar = sbj.generate(target, prompts, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=4))
     assert outputs[0] == [a.token_ids for a in ar]
     before = compilation_count()  # warm: a new job with other prompts compiles nothing
-    sbj.generate(target, prompts[::-1], drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=16,
-                 options=sbj.DecodeOptions(batch_size=4))
+    sbj.serving.generate_routed(target, prompts[::-1], sbj.LoadedDrafter(drafter, params), max_new_tokens=16,
+                                options=sbj.DecodeOptions(batch_size=4))
     assert compilation_count() == before
 
 
 def test_key_index_makes_a_split_job_sample_as_the_whole(target):
     prompts = _prompts()
-    kw = dict(temperature=1.0, max_new_tokens=12, seed=7, batch_size=2)
-    whole = sbj.generate(target, prompts, **kw)
-    part = sbj.generate(target, prompts[3:7], **kw, options=sbj.DecodeOptions(key_index=range(3, 7)))
+    kw = dict(sampling=sbj.Sampling(1.0), max_new_tokens=12, seed=7)
+    whole = sbj.generate(target, prompts, **kw, options=sbj.DecodeOptions(batch_size=2))
+    part = sbj.generate(target, prompts[3:7], **kw, options=sbj.DecodeOptions(batch_size=2, key_index=range(3, 7)))
     assert [r.token_ids for r in part] == [r.token_ids for r in whole[3:7]]
-    shifted = sbj.generate(target, prompts[3:7], **kw)  # positions 0..3: other key streams
+    shifted = sbj.generate(target, prompts[3:7], **kw, options=sbj.DecodeOptions(batch_size=2))  # other key streams
     assert [r.token_ids for r in shifted] != [r.token_ids for r in whole[3:7]]
     with pytest.raises(ValueError, match="key_index: got 2 values for 4 prompts"):
-        sbj.generate(target, prompts[3:7], **kw, options=sbj.DecodeOptions(key_index=[0, 1]))
+        sbj.generate(target, prompts[3:7], **kw, options=sbj.DecodeOptions(batch_size=2, key_index=[0, 1]))
 
 
 def _separable(seed: int = 0) -> PolicyData:
@@ -346,8 +346,8 @@ def test_packed_batches_are_served_at_their_rows_largest_size_and_stay_full(targ
         for i in order[start:start + 2]:
             want[i] = max(chosen[j] for j in order[start:start + 2])
     assert want != chosen  # the test's prompts do pack
-    routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=12,
-                          options=sbj.DecodeOptions(batch_size=2))
+    routed = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(drafter, params), max_new_tokens=12,
+                                         options=sbj.DecodeOptions(batch_size=2))
     assert [r.stats.route["chosen"] for r in routed] == chosen
     assert [r.stats.route["group"] for r in routed] == want
     assert all(want.count(size) % 2 == 0 for size in set(want))  # 10 prompts: every group's batches full
@@ -356,8 +356,8 @@ def test_packed_batches_are_served_at_their_rows_largest_size_and_stay_full(targ
         alone = sbj.generate(target, [prompts[i]], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
                              max_new_tokens=12, options=sbj.DecodeOptions(key_index=[i]))[0]
         assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau, i
-    one = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=4,
-                       options=sbj.DecodeOptions(batch_size=1))
+    one = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(drafter, params), max_new_tokens=4,
+                                      options=sbj.DecodeOptions(batch_size=1))
     assert [r.stats.route["group"] for r in one] == chosen
 
 
@@ -371,8 +371,8 @@ def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
     given = [SIZES[i % len(SIZES)] for i in range(len(prompts))]
     oracle = TableRoutes(dataclasses.replace(drafter, pack=False), {tuple(p): s for p, s in zip(prompts, given)},
                          name="oracle")
-    routed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(oracle, params), max_new_tokens=12,
-                          options=sbj.DecodeOptions(batch_size=4))
+    routed = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(oracle, params), max_new_tokens=12,
+                                         options=sbj.DecodeOptions(batch_size=4))
     assert [r.stats.route["group"] for r in routed] == given
     for i in (0, 1, 2):
         fixed = DFlashDrafter(task.config, task.graphdef, block_size=given[i])
@@ -380,8 +380,8 @@ def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
                              max_new_tokens=12)[0]
         assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau
     with pytest.raises(ValueError, match="oracle: prompt 0 .* no entry in the route table"):
-        sbj.generate(target, [[1, 2, 3, 4, 5, 6, 7, 0, 0, 1, 1, 1, 1, 1, 1, 1]],
-                     drafter=sbj.LoadedDrafter(oracle, params))
+        sbj.serving.generate_routed(target, [[1, 2, 3, 4, 5, 6, 7, 0, 0, 1, 1, 1, 1, 1, 1, 1]],
+                                    sbj.LoadedDrafter(oracle, params))
     with pytest.raises(ValueError, match="only for a routing drafter"):
         TableRoutes(drafter.dflash, {})
 

@@ -55,7 +55,7 @@ def test_no_recompilation_for_new_prompts_in_the_same_bucket(hf_dirs):
 
 def test_sampling_is_seeded_and_independent_of_batching(hf_dirs):
     target = sbj.load_target(hf_dirs["llama3"][0])
-    kw = dict(max_new_tokens=12, temperature=1.0, seed=7)
+    kw = dict(max_new_tokens=12, sampling=sbj.Sampling(1.0), seed=7)
     a = sbj.generate(target, PROMPTS, **kw, options=sbj.DecodeOptions(batch_size=4))
     b = sbj.generate(target, PROMPTS, **kw, options=sbj.DecodeOptions(batch_size=1))
     c = sbj.generate(target, PROMPTS, **{**kw, "seed": 8}, options=sbj.DecodeOptions(batch_size=4))

@@ -125,8 +125,11 @@ def test_auto_decides_the_same_whatever_the_job_holds_beyond_its_queue(monkeypat
     until the job's end enters the window."""
     import specblock_jax as sbj
     import specblock_jax.serving.auto as auto_mod
-    from specblock_jax.decoding import AutoServe
-    from specblock_jax.decoding.job import DecodeOptions, Request
+    from specblock_jax.decoding.job import JobSettings, Request
+    from specblock_jax.drafters.prompt_lookup import PromptLookup
+    from specblock_jax.serving import AutoServe
+
+    pl = sbj.LoadedDrafter(PromptLookup(), ())
 
     speed = {"ar": 100.0, 4: 300.0, 8: 200.0}
 
@@ -138,8 +141,8 @@ def test_auto_decides_the_same_whatever_the_job_holds_beyond_its_queue(monkeypat
     monkeypatch.setattr(auto_mod, "serve", fake_serve)
 
     def choices(n):
-        auto = AutoServe("prompt_lookup", budgets=(4,), chunk=1, recheck_every=3)
-        auto.serve(None, [Request(i, [1, 2], 10, 0.0, i) for i in range(n)], DecodeOptions(batch_size=1, queue=4))
+        auto = AutoServe(pl, budgets=(4,), chunk=1, recheck_every=3)
+        auto.serve(None, [Request(i, [1, 2], 10, 0.0, i) for i in range(n)], JobSettings(batch_size=1, queue=4))
         return [(e["option"], e["why"]) for e in auto.events]
 
     alone, followed = choices(24), choices(30)

@@ -52,7 +52,7 @@ def stop(target):
 @pytest.mark.parametrize("method", ["ar", "prompt_lookup", "eagle3"])
 @pytest.mark.slow
 def test_greedy_output_is_identical_with_refill_on_and_off(target, eagle3, stop, method):
-    drafter = {"ar": None, "prompt_lookup": PromptLookup(num_nodes=6), "eagle3": eagle3}[method]
+    drafter = {"ar": None, "prompt_lookup": sbj.LoadedDrafter(PromptLookup(num_nodes=6), ()), "eagle3": eagle3}[method]
     off, _ = _run(target, drafter, False, stop_tokens=stop)
     on, res = _run(target, drafter, True, stop_tokens=stop)
     assert on == off

@@ -24,7 +24,7 @@ def _prompts(n, vocab, seed=0, max_len=30):
 def test_greedy_random_trees_equal_autoregressive(small_vocab_target, num_nodes, batch):
     prompts = _prompts(50, V, seed=num_nodes)
     ar = sbj.generate(small_vocab_target, prompts, max_new_tokens=24, options=sbj.DecodeOptions(batch_size=8))
-    drafter = RandomTreeDrafter(num_nodes, V)
+    drafter = sbj.LoadedDrafter(RandomTreeDrafter(num_nodes, V), ())
     spec = sbj.generate(small_vocab_target, prompts, drafter=drafter, max_new_tokens=24,
                         options=sbj.DecodeOptions(batch_size=batch))
     for a, s in zip(ar, spec):
@@ -38,7 +38,7 @@ def test_greedy_stop_tokens_and_budgets_cut_speculative_output_like_autoregressi
     prompts = _prompts(50, V, seed=9)
     kw = dict(max_new_tokens=17, stop_tokens=[3], batch_size=8)
     ar = sbj.generate(small_vocab_target, prompts, **kw)
-    spec = sbj.generate(small_vocab_target, prompts, drafter=RandomTreeDrafter(9, V), **kw)
+    spec = sbj.generate(small_vocab_target, prompts, drafter=sbj.LoadedDrafter(RandomTreeDrafter(9, V), ()), **kw)
     assert any(a.stats.finish_reason == "stop" for a in ar)
     for a, s in zip(ar, spec):
         assert s.token_ids == a.token_ids and s.stats.finish_reason == a.stats.finish_reason
@@ -52,7 +52,7 @@ def test_greedy_prompt_lookup_equals_autoregressive(hf_dirs, num_nodes):
     prompts = [(rng.integers(0, 128, rng.integers(2, 8)).tolist() * 4)[:30] for _ in range(50)]
     ar = sbj.generate(target, prompts, max_new_tokens=32, options=sbj.DecodeOptions(batch_size=10))
     for batch in (1, 10) if num_nodes == 8 else (10,):
-        pl = sbj.generate(target, prompts, drafter=PromptLookup(num_nodes=num_nodes), max_new_tokens=32,
+        pl = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(PromptLookup(num_nodes=num_nodes), ()), max_new_tokens=32,
                           options=sbj.DecodeOptions(batch_size=batch))
         assert [p.token_ids for p in pl] == [a.token_ids for a in ar]
     assert np.mean([p.stats.tau for p in pl]) > 1.5  # the repeats are found and accepted
@@ -108,7 +108,7 @@ def test_sampling_matches_the_target_distribution(small_vocab_target, drafts, te
 
 
 def test_no_recompilation_once_warm(small_vocab_target):
-    drafter = RandomTreeDrafter(6, V)
+    drafter = sbj.LoadedDrafter(RandomTreeDrafter(6, V), ())
     sbj.generate(small_vocab_target, _prompts(4, V, 1, 16), drafter=drafter, max_new_tokens=10,
                  options=sbj.DecodeOptions(batch_size=4))
     warm = compilation_count()

@@ -112,7 +112,7 @@ def _row(batch, forwards, prof):
 
 
 def test_generate_charges_propose_and_update_per_step(target):
-    pl = PromptLookup(num_nodes=4)
+    pl = sbj.LoadedDrafter(PromptLookup(num_nodes=4), ())
     prompts = [[1, 2, 3, 4, 5], [4, 5, 6]]  # the shapes profiled above: nothing new to time there
     res = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12,
                        options=sbj.DecodeOptions(batch_size=2, profile="all"))

@@ -226,7 +226,7 @@ def test_metrics_log_eval_checkpoints_export_and_summary(full_run, target):
     assert train_recs[0]["lr"] == pytest.approx(0.025) and train_recs[1]["lr"] == pytest.approx(0.05)
     assert [r["step"] for r in eval_recs] == [6, 12]
     # tau is that of real speculative decoding with the task's drafter
-    expected = [r.stats.tau for r in sbj.generate(target, EVAL_PROMPTS, drafter="prompt_lookup", max_new_tokens=16,
+    expected = [r.stats.tau for r in sbj.generate(target, EVAL_PROMPTS, drafter=sbj.load_drafter("prompt_lookup", target), max_new_tokens=16,
                                                   sampling=sbj.Sampling(0))]
     for r in eval_recs:
         assert r["eval_prompts"] == 2

@@ -9,22 +9,19 @@ Target presets copy the fields of the Hugging Face `config.json` of Qwen/Qwen3-{
 and meta-llama/Llama-3.1-{8B,70B} that `ModelConfig.from_hf` reads.
 
 Drafters, as released for an 8B-scale target (/work/shared/METHODS.md, read from the public code):
+each kind says how in its `DrafterKind.aot` (`registry.AotPreset`, the kind's `_aot.py`):
   eagle3     1 decoder layer at the target's widths, a 32,000-token draft vocabulary (d2t/t2d),
-             features {2, L/2, L-3}; decoding: the shipped tree (assets/drafters/eagle3: 16 nodes,
-             top-k 4, depth 5)
+             features {2, L/2, L-3}; decoding: the shipped tree (16 nodes, top-k 4, depth 5)
   specblock  2 layers, block 4, 32,000-token draft vocabulary, rank head 256 wide; decoding: the
-             shipped tree (assets/drafters/specblock); the reference's ~90-node tree is
-             `specblock:num_nodes=90:root_topk=10`
-  dflash     z-lab's DFlash for Qwen3-8B (z-lab/Qwen3-8B-DFlash-b16; SpecForge
-             configs/qwen3-8b-dflash.json): 5 layers at the target's widths, block 16,
-             target_layer_ids evenly from 1 to L-3 ([1, 9, 17, 25, 33] for 36 layers; our HF
-             hidden_states indices are those + 1); the target's embedding and head
+             shipped tree; the reference's ~90-node tree is `specblock:num_nodes=90:root_topk=10`
+  dflash     z-lab's DFlash for Qwen3-8B: 5 layers at the target's widths, block 16, features
+             evenly from 1 to L-3; the target's embedding and head
   blockpilot the DFlash drafter drafting at the block size given (its policy MLP runs once per
              request, after the prefill: not a step phase)
   prompt_lookup, ar: no network
-A method may carry ':key=value' decoding overrides (`serving/methods.py` syntax), e.g.
-`eagle3:top_k=1:depth=5:num_nodes=6` (a chain of 5), or be a drafter folder (its config.json is
-read, no weights).
+A method is "ar" or a kind's name (`methods()`), and may carry ':key=value' decoding overrides
+(`serving/methods.py` syntax), e.g. `eagle3:top_k=1:depth=5:num_nodes=6` (a chain of 5), or be a
+drafter folder (its config.json is read, no weights).
 """
 
 from __future__ import annotations
@@ -38,11 +35,9 @@ import jax
 import jax.numpy as jnp
 
 from specblock_jax.serving.methods import parse_method
+from specblock_jax.drafters import registry
 from specblock_jax.drafters.common import abstract_model, config_from_meta
-from specblock_jax.drafters.dflash._model import DFlashConfig, DFlashDrafter, DFlashModel
-from specblock_jax.drafters.eagle3._model import Eagle3Config, Eagle3Drafter, Eagle3Model
-from specblock_jax.drafters.prompt_lookup._model import PromptLookup
-from specblock_jax.drafters.specblock._model import SpecBlockConfig, SpecBlockDrafter, SpecBlockModel
+from specblock_jax.drafters.registry import AotPreset
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.target import abstract_target
 
@@ -75,19 +70,19 @@ PRESETS: dict[str, dict] = {
     "llama-3.1-8b": _hf(_LLAMA31, 4096, 14336, 32, 32, False),
     "llama-3.1-70b": _hf(_LLAMA31, 8192, 28672, 80, 64, False),
 }
-DRAFT_VOCAB = 32000  # EAGLE-3's and SpecBlock's released draft vocabulary
-METHODS = ("ar", "prompt_lookup", "eagle3", "specblock", "dflash", "blockpilot")
-# decoding settings: the shipped drafters' trees (assets/drafters/{eagle3,specblock}/config.json
-# "decoding", copied so an installed package needs no assets folder) and z-lab's DFlash block 16
-RELEASED_DECODING = {
-    "eagle3": {"num_nodes": 16, "top_k": 4, "depth": 5},
-    "specblock": {"num_nodes": 16, "max_blocks": 2, "beam": 1, "slot_topk": (2, 4, 10, 0),
-                  "root_topk": 4, "rank_tree": True, "fixed_branch": 2},
-    "dflash": {"block_size": 16, "draft_mode": "auto", "draft_temperature": 1.0},
-}
-_KINDS = {"eagle3": (Eagle3Config, Eagle3Model, Eagle3Drafter),
-          "specblock": (SpecBlockConfig, SpecBlockModel, SpecBlockDrafter),
-          "dflash": (DFlashConfig, DFlashModel, DFlashDrafter)}
+AR = "ar"  # target-only decoding: no drafter
+
+
+def methods() -> tuple[str, ...]:
+    """The method names `released_drafter` takes besides a drafter folder: "ar" and every kind
+    with a released drafter (`DrafterKind.aot`)."""
+    return (AR, *(k for k in registry.kinds() if registry.get(k).aot is not None))
+
+
+def _folder_kinds() -> list[str]:
+    """The kinds whose drafter folders can be priced: their preset builds their own network."""
+    return [k for k in registry.kinds() if (p := registry.get(k).aot) is not None and p.model is not None
+            and p.drafter.kind == k]
 
 
 def load_preset(name: str, dtype: str = "bfloat16") -> ModelConfig:
@@ -112,83 +107,70 @@ def load_target_config(target: str | ModelConfig, dtype: str | None = None) -> M
     return ModelConfig.from_hf(json.loads(path.read_text()), dtype=dtype)
 
 
-def dflash_layer_ids(num_layers: int, count: int = 5) -> tuple[int, ...]:
-    """z-lab's DFlash feature layers as our HF hidden_states indices: `count` decoder-layer
-    outputs evenly spaced from layer 1 to L-3 (z-lab's ids), + 1."""
-    last = max(num_layers - 3, 1)
-    ids = sorted({1 + round(i * (last - 1) / max(count - 1, 1)) for i in range(count)})
-    return tuple(i + 1 for i in ids)
-
-
-def _abstract_drafter_params(kind: str, config: Any, target_params: dict) -> dict:
-    """The decoding params' shapes: {"draft", "embed"} (+ d2t/t2d of a draft vocabulary, + the
-    target's head for DFlash), as `load_model` / `load_dflash` build them."""
-    _, template = abstract_model(_KINDS[kind][1], config)
+def _abstract_drafter_params(preset: AotPreset, config: Any, target_params: dict) -> dict:
+    """The decoding params' shapes: {"draft", "embed"} (+ d2t/t2d of a draft vocabulary, + what the
+    kind adds, e.g. DFlash's target head), as `load_model` and the kind's loader build them."""
+    _, template = abstract_model(preset.model, config)
     params = {"draft": template, "embed": target_params["embed_tokens"]}
     size = getattr(config, "draft_vocab_size", 0)
     if size:
         params["d2t"] = jax.ShapeDtypeStruct((size,), jnp.int32)
         params["t2d"] = jax.ShapeDtypeStruct((config.vocab_size,), jnp.int32)
-    if kind == "dflash":
-        emb = target_params["embed_tokens"]
-        head = target_params.get("lm_head")
-        params["head"] = head if head is not None else jax.ShapeDtypeStruct(emb.shape[::-1], emb.dtype)
+    if preset.extra_params is not None:
+        params.update(preset.extra_params(config, target_params))
     return params
 
 
 def released_config(kind: str, cfg: ModelConfig) -> Any:
     """The drafter config of kind `kind` sized as released for target `cfg`."""
-    vocab = min(DRAFT_VOCAB, cfg.vocab_size)
-    if kind == "eagle3":
-        return Eagle3Config.for_target(cfg, draft_vocab_size=vocab)
-    if kind == "specblock":
-        return SpecBlockConfig.for_target(cfg, num_layers=2, block_size=4, draft_vocab_size=vocab,
-                                          rank_hidden=256)
-    if kind == "dflash":
-        return DFlashConfig.for_target(cfg, num_layers=5, feature_layers=dflash_layer_ids(cfg.num_layers),
-                                       block_size=16)
-    raise ValueError(f"no released drafter of kind {kind!r}")
+    preset = registry.get(kind).aot
+    if preset is None or preset.released is None:
+        raise ValueError(f"no released drafter of kind {kind!r}")
+    return preset.released(cfg)
+
+
+def _size(preset: AotPreset, nodes: int | None, block: int | None) -> int | None:
+    """The value of the preset's size knob that `nodes` / `block` ask for (`AotPreset.size_knob`)."""
+    return (block or nodes) if preset.size_knob == "block_size" else nodes
 
 
 def released_drafter(method: str, cfg: ModelConfig, nodes: int | None = None,
                      block: int | None = None) -> tuple[Any, Any]:
-    """(Drafter or None, abstract decoding params) for `method`: ar, prompt_lookup, eagle3,
-    specblock, dflash, blockpilot, or a drafter folder, each with optional ':key=value' decoding
-    overrides. nodes: the tree's node budget (eagle3, specblock, prompt_lookup); block: DFlash's
-    block size (nodes for dflash/blockpilot = block)."""
+    """(Drafter or None, abstract decoding params) for `method`: one of `methods()` (ar,
+    prompt_lookup, eagle3, specblock, dflash, blockpilot) or a drafter folder, each with optional
+    ':key=value' decoding overrides. nodes: the tree's node budget (a kind sized by "num_nodes");
+    block: the block size of a kind sized by "block_size" (DFlash, BlockPilot; `nodes` if not
+    given)."""
     base, overrides = parse_method(method)
-    if base == "ar":
+    if base == AR:
         if overrides:
             raise ValueError(f"method {method!r}: ar takes no settings")
         return None, ()
     _, target_params = abstract_target(cfg)
-    if base == "prompt_lookup":
-        return PromptLookup(**{**({"num_nodes": nodes} if nodes else {}), **overrides}), ()
-    if base in ("dflash", "blockpilot"):
-        kind, config = "dflash", released_config("dflash", cfg)
-    elif base in ("eagle3", "specblock"):
-        kind, config = base, released_config(base, cfg)
+    if base in registry.kinds() and registry.get(base).aot is not None:
+        preset = registry.get(base).aot
+        if preset.model is None:  # no network (prompt lookup): its settings alone
+            size = _size(preset, nodes, block)
+            return preset.drafter(**{**({preset.size_knob: size} if size else {}), **overrides}), ()
+        config = preset.released(cfg)
     elif (Path(base) / "config.json").is_file():
         meta = json.loads((Path(base) / "config.json").read_text())
         kind = meta.get("kind")
-        if kind not in _KINDS:
-            raise ValueError(f"{base}: drafter kind {kind!r} cannot be priced (kinds: {', '.join(_KINDS)})")
-        config = config_from_meta(_KINDS[kind][0], meta, cfg.dtype)
+        if kind not in _folder_kinds():
+            raise ValueError(f"{base}: drafter kind {kind!r} cannot be priced (kinds: {', '.join(_folder_kinds())})")
+        preset = registry.get(kind).aot
+        config = config_from_meta(preset.config, meta, cfg.dtype)
         overrides = {**meta.get("decoding", {}), **overrides}
     else:
-        raise ValueError(f"method {method!r}: expected one of {METHODS} or a drafter folder")
-    if kind == "dflash":
-        overrides = {**RELEASED_DECODING["dflash"], **overrides}
-        if block or nodes:
-            overrides["block_size"] = block or nodes
-    else:
-        overrides = {**RELEASED_DECODING[kind], **overrides}
-        if nodes:
-            overrides["num_nodes"] = nodes
-    graphdef, _ = abstract_model(_KINDS[kind][1], config)
+        raise ValueError(f"method {method!r}: expected one of {methods()} or a drafter folder")
+    overrides = {**preset.decoding, **overrides}
+    size = _size(preset, nodes, block)
+    if size:
+        overrides[preset.size_knob] = size
+    graphdef, _ = abstract_model(preset.model, config)
     overrides = {k: tuple(v) if isinstance(v, list) else v for k, v in overrides.items()}
-    drafter = _KINDS[kind][2](config=config, graphdef=graphdef, **overrides)
-    return drafter, _abstract_drafter_params(kind, config, target_params)
+    drafter = preset.drafter(config=config, graphdef=graphdef, **overrides)
+    return drafter, _abstract_drafter_params(preset, config, target_params)
 
 
 def for_layers(drafter: Any, layers: int) -> Any:
@@ -202,5 +184,5 @@ def for_layers(drafter: Any, layers: int) -> Any:
     if hasattr(c, "target_layers"):
         changes["target_layers"] = layers
     config = dataclasses.replace(c, **changes)
-    kind = drafter.kind
-    return dataclasses.replace(drafter, config=config, graphdef=abstract_model(_KINDS[kind][1], config)[0])
+    model = registry.get(drafter.kind).aot.model
+    return dataclasses.replace(drafter, config=config, graphdef=abstract_model(model, config)[0])

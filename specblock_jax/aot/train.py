@@ -9,7 +9,6 @@ placeholder map (the first ids) is written to a temporary folder: only its size 
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -17,12 +16,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from specblock_jax.aot import cost
 from specblock_jax.aot.phases import with_shardings
 from specblock_jax.aot.topology import Topology, topology_mesh
-from specblock_jax.drafters import draft_vocab, registry
+from specblock_jax.drafters import registry
 from specblock_jax.drafters.common import abstract_model
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.target import Target, abstract_target
@@ -30,45 +28,27 @@ from specblock_jax.parallel.mesh import ShardingPlan
 from specblock_jax.parallel.training import TrainLayout
 from specblock_jax.trainer.trainer import make_optimizer, train_step_fn, with_defaults
 
-TRAINABLE = ("eagle3", "specblock", "dflash")
-
-
-def task_settings(drafter: Any, vocab_dir: Path, ttt_steps: int = 7, num_blocks: int = 3) -> dict:
-    """The training settings that reproduce `drafter`'s config (kind, widths, feature layers,
-    draft vocabulary, layers, block size); EAGLE-3 trains with its released 7 TTT steps,
-    SpecBlock with the public recipe's 3 blocks."""
-    kind, c = drafter.kind, drafter.config
-    if kind == "dflash":
-        return {"num_layers": c.num_layers, "feature_layers": tuple(c.feature_layers),
-                "block_size": c.block_size, "mask_token_id": c.mask_token_id}
-    out: dict[str, Any] = {"feature_layers": tuple(c.feature_layers)}
-    if c.draft_vocab_size:
-        draft_vocab.save(vocab_dir, draft_vocab.make(np.arange(c.draft_vocab_size, dtype=np.int32), c.vocab_size))
-        out.update(draft_vocab_size=c.draft_vocab_size, draft_vocab=str(vocab_dir))
-    if kind == "eagle3":
-        out["ttt_steps"] = ttt_steps
-    else:
-        out.update(drafter_layers=c.num_layers, block_size=c.block_size, rank_hidden=c.rank_hidden,
-                   num_blocks=num_blocks)
-    return out
+def task_settings(drafter: Any, vocab_dir: Path) -> dict:
+    """The training settings that reproduce `drafter`'s config (widths, feature layers, draft
+    vocabulary, layers, block size), as its kind's `AotPreset.train_settings` gives them (EAGLE-3
+    with its released 7 TTT steps, SpecBlock with the public recipe's 3 blocks)."""
+    return registry.kind_of(drafter).aot.train_settings(drafter, vocab_dir)
 
 
 def _task(kind: str, settings: dict, target: Target):
-    """The kind's TrainTask on an abstract target. DFlash's task reads the target's head at
-    construction: built under eval_shape, its head and target then set to the abstract ones."""
-    task_cls = registry.get(kind).task
-    if kind != "dflash":
-        return task_cls(settings, target)
-    made = {}
+    """The kind's TrainTask on an abstract target (built by its `AotPreset.abstract_task` when its
+    task reads the target's weights when built, e.g. DFlash's head)."""
+    entry = registry.get(kind)
+    if entry.aot is not None and entry.aot.abstract_task is not None:
+        return entry.aot.abstract_task(entry.task, settings, target)
+    return entry.task(settings, target)
 
-    def build(params):
-        made["task"] = task_cls(settings, dataclasses.replace(target, params=params))
-        return made["task"].head
 
-    head = jax.eval_shape(build, target.params)
-    task = made["task"]
-    task.head, task.target = head, target
-    return task
+def trainable_kinds() -> list[str]:
+    """The kinds whose drafters' train step is priced: a training task, and their released
+    drafter's training settings (`AotPreset.train_settings`)."""
+    return [k for k in registry.kinds(trainable=True) if (p := registry.get(k).aot) is not None
+            and p.train_settings is not None and p.drafter.kind == k]
 
 
 def parse_train_settings(items: list[str]) -> dict:
@@ -98,9 +78,9 @@ def price_train_step(cfg: ModelConfig, drafter: Any, topo: Topology, mesh: str |
     """The train_step record (cost.py) of `drafter`'s kind for target `cfg`: global batch
     [batch, seq] tokens split over "data", the mesh default all-FSDP (`default_mesh(train=True)`);
     `settings` override the kind's training-config keys (`task_settings`'s)."""
-    if drafter is None or getattr(drafter, "kind", None) not in TRAINABLE:
+    if drafter is None or getattr(drafter, "kind", None) not in trainable_kinds():
         return {"compiled": False, "error": f"no train step: the method has no trainable drafter "
-                f"(kinds: {', '.join(TRAINABLE)})", "hbm_bytes": topo.chip.hbm_bytes, "fits": False}
+                f"(kinds: {', '.join(trainable_kinds())})", "hbm_bytes": topo.chip.hbm_bytes, "fits": False}
     plan = ShardingPlan(topology_mesh(topo, mesh, train=True), fsdp=True)
     tx, _ = make_optimizer(with_defaults({"run_dir": "unused", "out_dir": "unused"}))
     t0 = time.perf_counter()

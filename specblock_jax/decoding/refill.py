@@ -141,7 +141,7 @@ class Stream:
         """Decodes `requests` in the order given; after every segment calls
         on_finished(finished: list[Finished], state, rows) with the loop state the finished rows
         (`rows`, their indices in the batch) were read from."""
-        loop, params = self.spec, self.params
+        loop, params = self.loop, self.params
         queue = list(requests)
         holder: list[Request | None] = [None] * self.b
         t0 = time.perf_counter()

@@ -99,6 +99,17 @@ def save(path: str | Path, vocab: DraftVocab) -> None:
               str(Path(path) / FILE), metadata={"format": "specblock-jax draft vocabulary"})
 
 
+def placeholder_settings(config, folder: str | Path) -> dict:
+    """The training settings of a drafter config's reduced draft vocabulary, its map the first
+    `draft_vocab_size` ids written to `folder` (ahead-of-time pricing: only the size sets shapes);
+    {} for a full vocabulary."""
+    size = getattr(config, "draft_vocab_size", 0)
+    if not size:
+        return {}
+    save(folder, make(np.arange(size, dtype=np.int32), config.vocab_size))
+    return {"draft_vocab_size": size, "draft_vocab": str(folder)}
+
+
 def load(path: str | Path, vocab_size: int, head_size: int) -> DraftVocab:
     """The checked draft vocabulary of the drafter folder `path` (or of the file itself), with
     clear errors when it is missing or does not match the target's vocabulary or the drafter's

@@ -52,22 +52,22 @@ def fill_params(template: dict, flat: dict[str, np.ndarray], dtype, where: str, 
 
 
 def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "bfloat16",
-                 format: str = "specblock", vocab=None, **engine) -> Path:
+                 format: str = hf_format.NATIVE, vocab=None, **engine) -> Path:
     """Writes the drafter's settings and its trainable weights (stored as `dtype`).
 
     params: its trainable params, or the decoding params `load_drafter` returns ({"draft", "embed"
     [, "d2t", "t2d"]}: the reduced draft vocabulary is taken from them). vocab: a DraftVocab
-    (drafters/draft_vocab.py) saved with it. format: "specblock" (ours: every kind) or a serving
-    engine's layout for its kind, "eagle3" / "speculators" (EAGLE-3) or "dflash"
-    (drafters/hf_format.py; `engine` = max_positions, verifier, chat there), or "specblock_hf" (the
-    public SpecBlock release, drafters/specblock/_released.py)."""
+    (drafters/draft_vocab.py) saved with it. format: "specblock" (ours: every kind) or a layout
+    its kind registers (`hf_format.formats()`): a serving engine's, "eagle3" / "speculators"
+    (EAGLE-3) or "dflash", or a public release's, "specblock_hf" (`engine` = max_positions,
+    verifier, chat, verifier_architectures: `hf_format.export`)."""
     if "draft" in params:
         if vocab is None and "d2t" in params:
             vocab = draft_vocab.DraftVocab(np.asarray(params["d2t"]), np.asarray(params["t2d"]))
         params = params["draft"]
     if format not in hf_format.formats():
         raise ValueError(f"format {format!r}: choose from {hf_format.formats()}")
-    if format != "specblock":
+    if format != hf_format.NATIVE:
         return hf_format.export(drafter, flatten_params(params), vocab, path, format, dtype, **engine)
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)

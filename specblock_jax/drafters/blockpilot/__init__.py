@@ -2,12 +2,23 @@
 request's DFlash block size.
 
 The kind "blockpilot": `_model.py` (features, policy, routing drafter, loader), `_train.py`
-(the policy's training task), `_labels.py` (per-request labels from measured tables),
-`_released.py` (the public `model.pt` layout)."""
+(the policy's training task), `_labels.py` (per-request labels from measured tables), `_command.py`
+(the flags of its training command), `_released.py` (the public `model.pt` layout), `_convert.py`
+(`specblock-convert blockpilot`). It drives a DFlash drafter, and is priced ahead of time as that
+drafter (a request's step is its DFlash step). Its training decodes (labels per block size), so
+it is a command of its own: `specblock-train blockpilot` runs the command-line package's
+train/blockpilot.py."""
 
+from specblock_jax.drafters.blockpilot import _convert
+from specblock_jax.drafters.blockpilot._command import (apply_config, label_source, parsers, summarise,
+                                                        training_block_size)
+from specblock_jax.drafters.blockpilot._labels import read_labels
 from specblock_jax.drafters.blockpilot._model import (BlockPilotDrafter, PolicyConfig, choose, features,
                                                       init_policy, load_blockpilot, save_blockpilot)
-from specblock_jax.drafters.blockpilot._train import BlockPilotTask, BlockPilotTrainConfig
+from specblock_jax.drafters.blockpilot._train import BlockPilotTask, BlockPilotTrainConfig, PolicyData, prefill_features
+from specblock_jax.drafters.dflash import KIND as DFLASH
 from specblock_jax.drafters.registry import DrafterKind, register
 
-KIND = register(DrafterKind("blockpilot", load=load_blockpilot, task=BlockPilotTask))
+KIND = register(DrafterKind(BlockPilotDrafter.kind, load=load_blockpilot, task=BlockPilotTask, aot=DFLASH.aot,
+                            legacy_names=("BlockPilotDrafter",), convert=_convert.CONVERTER,
+                            train_command="blockpilot"))
