@@ -156,10 +156,13 @@ def exact_pair_distribution(target, prompt, temperature=1.0, top_k=0, top_p=1.0)
 
 def sampled_pair_counts(target, drafter, vocab, prompt, draws=6000, temperature=1.0, top_k=0, top_p=1.0):
     """Counts [vocab, vocab] of (t2, t3) over `draws` 3-token continuations of `prompt` sampled by
-    `sbj.generate` with `drafter` (any kind it takes: auto, adapters, ...), and the results."""
-    res = sbj.generate(target, [prompt] * draws, drafter=drafter, max_new_tokens=3, seed=11,
-                       sampling=sbj.Sampling(temperature=temperature, top_k=top_k, top_p=top_p),
-                       options=sbj.DecodeOptions(batch_size=1000))
+    `sbj.generate` with `drafter` (a LoadedDrafter or None), or by an `AutoServe`'s own `generate`,
+    and the results."""
+    serve = drafter.generate if isinstance(drafter, sbj.serving.AutoServe) else (
+        lambda *a, **kw: sbj.generate(*a, drafter=drafter, **kw))
+    res = serve(target, [prompt] * draws, max_new_tokens=3, seed=11,
+                sampling=sbj.Sampling(temperature=temperature, top_k=top_k, top_p=top_p),
+                options=sbj.DecodeOptions(batch_size=1000))
     counts = np.zeros((vocab, vocab))
     for r in res:
         counts[r.token_ids[1], r.token_ids[2]] += 1

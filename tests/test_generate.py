@@ -116,7 +116,7 @@ def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_di
         if warm is not None and (fn, static, compiled_mod._signature(args), kw.get("donate_argnums", ())) \
                 not in compiled_mod._EXECUTABLES:
             w = warm(args)
-            if fn.__name__ == "decode":  # (params, drafter params, inputs)
+            if fn.__name__ == "decode_loop":  # (params, drafter params, inputs)
                 seen.append((fn.__name__, np.asarray(args[2].budgets), np.asarray(w[2].budgets), None, None))
             elif fn.__name__ in ("run", "insert_rows"):  # (params, drafter params, state, ...)
                 fresh = all(a is not b for a, b in zip(jax.tree.leaves(w[2]), jax.tree.leaves(args[2])))
@@ -132,7 +132,7 @@ def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_di
     static = sbj.generate(target, PROMPTS, max_new_tokens=9, options=sbj.DecodeOptions(batch_size=4, refill=False))
     stream = sbj.generate(target, PROMPTS, max_new_tokens=9, options=sbj.DecodeOptions(batch_size=2, refill=True))
     assert [r.token_ids for r in static] == [r.token_ids for r in stream] == plain
-    assert {"decode", "start", "run", "insert_rows"} <= {name for name, *_ in seen}
+    assert {"decode_loop", "start", "run", "insert_rows"} <= {name for name, *_ in seen}
     for name, budgets, warm_budgets, generated, fresh in seen:
         if name == "decode":  # budgets capped at two tokens
             assert budgets.tolist() == [9] * 4 and warm_budgets.tolist() == [2] * 4

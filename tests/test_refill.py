@@ -35,10 +35,12 @@ def _job(n=11, seed=0):
     return prompts, budgets
 
 
-def _run(target, drafter, refill, **kw):
+def _run(target, drafter, refill, *, stop_tokens=(), refill_rows=1, temperature=0.0, top_k=0, seed=0):
     prompts, budgets = _job()
-    res = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=budgets, **kw,
-                       options=sbj.DecodeOptions(batch_size=4, refill=refill))
+    res = sbj.generate(target, prompts, drafter=drafter, max_new_tokens=budgets, seed=seed,
+                       sampling=sbj.Sampling(temperature, top_k=top_k),
+                       options=sbj.DecodeOptions(batch_size=4, refill=refill, stop_tokens=stop_tokens,
+                                                 refill_rows=refill_rows))
     return [r.token_ids for r in res], res
 
 

@@ -36,7 +36,7 @@ def test_greedy_random_trees_equal_autoregressive(small_vocab_target, num_nodes,
 @pytest.mark.slow
 def test_greedy_stop_tokens_and_budgets_cut_speculative_output_like_autoregressive(small_vocab_target):
     prompts = _prompts(50, V, seed=9)
-    kw = dict(max_new_tokens=17, stop_tokens=[3], batch_size=8)
+    kw = dict(max_new_tokens=17, options=sbj.DecodeOptions(stop_tokens=[3], batch_size=8))
     ar = sbj.generate(small_vocab_target, prompts, **kw)
     spec = sbj.generate(small_vocab_target, prompts, drafter=sbj.LoadedDrafter(RandomTreeDrafter(9, V), ()), **kw)
     assert any(a.stats.finish_reason == "stop" for a in ar)

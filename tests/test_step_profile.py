@@ -131,5 +131,5 @@ def test_generate_charges_propose_and_update_per_step(target):
     assert plain[0].stats.draft_time_s == res[0].stats.draft_time_s  # the same cached measurement
     off = sbj.generate(target, prompts, drafter=pl, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=2))  # default: off
     assert off[0].stats.draft_time_s is None and off[0].token_ids == res[0].token_ids
-    with pytest.raises(ValueError, match="profile must be"):
+    with pytest.raises(ValueError, match=r"options: profile: must be one of \('off', 'draft', 'all'\) \(got True\)"):
         sbj.generate(target, prompts, max_new_tokens=2, options=sbj.DecodeOptions(profile=True))

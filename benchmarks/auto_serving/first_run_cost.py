@@ -14,7 +14,7 @@ import argparse
 import json
 
 import specblock_jax as sbj
-from specblock_jax.decoding.methods import resolve_method
+from specblock_jax.serving.methods import resolve_method
 
 
 def main() -> None:

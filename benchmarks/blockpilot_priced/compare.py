@@ -38,7 +38,7 @@ TRAINING_BLOCK = 8  # the shipped DFlash drafter's training block size: ties go 
 
 def priced_labels(table: dict, costs: dict, split: str) -> list[int]:
     """The oracle's size index per request of `split`: the best tau / priced step ms, ties to 8."""
-    from specblock_jax.drafters.blockpilot_labels import oracle_labels
+    from specblock_jax.drafters.blockpilot import oracle_labels
     tau = np.asarray(table["splits"][split]["tau"], np.float64)
     step = np.asarray([costs["step_ms"][str(s)] for s in table["sizes"]], np.float64)
     return oracle_labels(tau / step, table["sizes"], TRAINING_BLOCK)
@@ -61,8 +61,8 @@ def policy_choices(drafter_dir: Path, table: dict) -> dict[str, np.ndarray]:
     from flax import nnx
 
     import specblock_jax as sbj
-    from specblock_jax.decoding.prompts import read_prompts
-    from specblock_jax.drafters.blockpilot_train import prefill_features
+    from specblock_jax.training.prompts import read_prompts
+    from specblock_jax.drafters.blockpilot import prefill_features
 
     target = sbj.load_target("assets/target")
     drafter, params = sbj.load_drafter(drafter_dir, target)
@@ -78,7 +78,7 @@ def policy_choices(drafter_dir: Path, table: dict) -> dict[str, np.ndarray]:
 
 
 def compare(table: dict, costs: dict, choices: dict[str, np.ndarray]) -> dict:
-    from specblock_jax.drafters.blockpilot_labels import oracle_labels
+    from specblock_jax.drafters.blockpilot import oracle_labels
     sizes, target_ms = table["sizes"], costs["target_step_ms"]
     step = np.asarray([costs["step_ms"][str(s)] for s in sizes], np.float64)
     out = {}

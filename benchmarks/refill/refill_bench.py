@@ -23,7 +23,7 @@ import numpy as np
 
 import specblock_jax as sbj
 from specblock_jax.decoding.compiled import cached_count, release
-from specblock_jax.decoding.methods import resolve_method
+from specblock_jax.serving.methods import resolve_method
 
 PROMPT_FILES = ("assets/prompts/humaneval.jsonl", "assets/prompts/heldout.jsonl", "assets/prompts/train.jsonl")
 

@@ -21,7 +21,7 @@ from specblock_jax.aot import cost, phases
 from specblock_jax.aot.presets import load_target_config, released_drafter
 from specblock_jax.aot.price import needed, run_chain
 from specblock_jax.aot.topology import get_topology, topology_mesh
-from specblock_jax.decoding.job import cache_length
+from specblock_jax.models.kv_cache import cache_length
 from specblock_jax.parallel.mesh import ShardingPlan
 
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "bf16": 2, "f16": 2, "s16": 2, "u16": 2, "f32": 4, "s32": 4, "u32": 4,

@@ -9,7 +9,7 @@ Estimates from the TPU compiler (libtpu), not measurements.
 import json
 import sys
 
-import specblock_jax.drafters.specblock as specblock_module
+import specblock_jax.drafters.specblock._model as specblock_module
 from specblock_jax.aot import price_method
 from specblock_jax.aot.report import roofline_seconds
 from specblock_jax.drafters.common import row_buckets, switch_on_rows

@@ -180,9 +180,12 @@ def released_formats() -> dict[str, ReleasedFormat]:
     return {f.name: f for k in kinds() for f in _KINDS[k].formats}
 
 
-def kind_of(drafter: Any) -> DrafterKind:
-    """The entry of a decoding-side drafter (its `kind` attribute)."""
+def kind_of(drafter: Any, required: bool = True) -> DrafterKind | None:
+    """The entry of a decoding-side drafter (its `kind` attribute); for a drafter of no registered
+    kind (e.g. a test's), an error, or None when not `required`."""
     name = getattr(drafter, "kind", None)
+    if not required and (name is None or name not in kinds()):
+        return None
     if name is None:
         raise ValueError(f"{type(drafter).__name__} has no `kind`: it is not a registered drafter")
     return get(name)

@@ -124,9 +124,11 @@ class AutoServe:
             raise TypeError(f"auto: drafter: expected a LoadedDrafter (got {type(self.drafter).__name__})")
         self.loaded = self.drafter
         d = self.loaded.drafter
-        knob = registry.kind_of(d).budget_knob
+        kind = registry.kind_of(d, required=False)
+        knob = None if kind is None else kind.budget_knob
         if self.budgets and knob is None:
-            raise ValueError(f"auto: a {d.kind} drafter has no tree budget to vary; give no budgets")
+            raise ValueError(f"auto: a {getattr(d, 'kind', type(d).__name__)} drafter has no tree budget to vary; "
+                             "give no budgets")
         self.knob = knob
         own = int(getattr(d, knob)) if knob else 0
         if self.budgets is None:
