@@ -1,5 +1,6 @@
-"""The package's shape: no import cycles, no private names imported across modules, and a new
-drafter kind is one module with one `register(...)` call."""
+"""The package's shape: no import cycles, imports follow the layer order drawn in
+docs/architecture.md, no private names imported across modules, and a new drafter kind is one folder
+with one `register(...)` call, registered by one import line."""
 
 from __future__ import annotations
 
@@ -66,85 +67,90 @@ def test_no_private_name_is_imported_across_modules():
     assert private == []
 
 
-TOY_MODULE = '''
-"""A toy drafter kind: drafts a chain by following a bigram table (argmax of its row)."""
-import dataclasses
-from typing import ClassVar
-
-import jax
-import jax.numpy as jnp
-
-from specblock_jax.drafters.io import load_weights
-from specblock_jax.drafters.registry import DrafterKind, register
-from specblock_jax.trees import DraftTree, chain_parents
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
-@dataclasses.dataclass(frozen=True)
-class ToyConfig:
-    vocab_size: int
+def _doc_block(tag: str) -> str:
+    """The fenced block of docs/architecture.md whose info string is `tag`."""
+    text = ARCHITECTURE.read_text()
+    start = text.index(f"```{tag}\n") + len(tag) + 4
+    return text[start:text.index("```", start)]
 
 
-@dataclasses.dataclass(frozen=True)
-class ToyDrafter:
-    kind: ClassVar[str] = "toy_bigram"
-    config: ToyConfig
-    num_nodes: int = 4
-    max_children = 1
-    hidden_ids = ()
-    forwards_per_step = 0
-
-    def init_state(self, params, prefill, max_len):
-        return ()
-
-    def propose(self, params, state, ctx, key):
-        tokens = [ctx.root]
-        for _ in range(self.num_nodes - 1):
-            tokens.append(jnp.argmax(params["table"][tokens[-1]], axis=-1).astype(jnp.int32))
-        b = ctx.root.shape[0]
-        tree = DraftTree(jnp.stack(tokens, 1), chain_parents(b, self.num_nodes),
-                         jnp.ones((b, self.num_nodes), bool))
-        return tree, state
-
-    def update(self, params, state, ctx, result, hidden):
-        return state
+def _layers() -> list[set[str]]:
+    """The layer order drawn in docs/architecture.md: subpackages (or top modules) low to high."""
+    return [{name.strip() for name in group.split(",")} for group in _doc_block("layers").split("->")]
 
 
-def load_toy(path, meta, target, dtype, decoding):
-    config = ToyConfig(**meta["config"])
-    template = {"table": jax.ShapeDtypeStruct((config.vocab_size, config.vocab_size), jnp.float32)}
-    return ToyDrafter(config, **{**meta["decoding"], **decoding}), load_weights(path, template, "float32")
+def test_imports_follow_the_layer_order_drawn_in_the_architecture_doc():
+    layers = _layers()
+    rank = {name: i for i, group in enumerate(layers) for name in group}
+    tops = {m.split(".")[1] for m in _graph() if m.count(".") >= 1}
+    assert tops == set(rank), f"subpackages not in the drawn order: {sorted(tops ^ set(rank))}"
+    against = []
+    for module, deps in _graph().items():
+        if module == "specblock_jax":
+            continue
+        src = module.split(".")[1]
+        for dep, _ in deps:
+            dst = dep.split(".")[1] if dep.count(".") >= 1 else None
+            if dst is None:
+                against.append(f"{module} imports the package root")
+            elif dst != src and rank[dst] > rank[src]:
+                against.append(f"{module} ({src}) imports {dep} ({dst}, a higher layer)")
+    assert against == []
 
 
-register(DrafterKind("toy_bigram", load=load_toy))
-'''
+def test_the_layer_check_catches_an_upward_import(monkeypatch):
+    graph = _graph()
+    graph["specblock_jax.models.target"] = graph["specblock_jax.models.target"] + [("specblock_jax.serving.auto", [])]
+    monkeypatch.setattr(sys.modules[__name__], "_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="models.target .models. imports specblock_jax.serving.auto"):
+        test_imports_follow_the_layer_order_drawn_in_the_architecture_doc()
 
 
-def test_a_new_drafter_kind_is_one_module_and_one_register_call(tmp_path, monkeypatch):
+def test_shared_drafter_modules_import_no_kind_package():
+    kinds = {m for m in _graph() if m.count(".") == 2 and m.startswith("specblock_jax.drafters.")
+             and (PACKAGE / "drafters" / m.split(".")[2]).is_dir()}
+    shared = [m for m in _graph() if m.startswith("specblock_jax.drafters.") and m.count(".") == 2 and m not in kinds]
+    bad = [(m, dep) for m in shared for dep, _ in _graph()[m] if any(dep == k or dep.startswith(k + ".") for k in kinds)]
+    assert kinds >= {f"specblock_jax.drafters.{k}" for k in ("eagle3", "specblock", "dflash", "blockpilot")}
+    assert bad == []
+
+
+def test_a_new_drafter_kind_is_one_folder_and_one_import_line(tmp_path, monkeypatch):
+    """The toy kind of docs/architecture.md ("Adding a drafter kind"), written as a folder and
+    registered by one import line, saves, loads and decodes token-identically; auto serving varies
+    its budget knob."""
     from helpers import peaked_tiny_target
 
-    (tmp_path / "toy_bigram_kind.py").write_text(textwrap.dedent(TOY_MODULE))
+    (tmp_path / "toy_bigram").mkdir()
+    (tmp_path / "toy_bigram" / "__init__.py").write_text(_doc_block("python toy_bigram/__init__.py"))
     monkeypatch.syspath_prepend(str(tmp_path))
-    toy = __import__("toy_bigram_kind")
     try:
+        import toy_bigram  # the one import line
+
         target = peaked_tiny_target(24)
         # a bigram table that agrees with the target's greedy next token for a few contexts
         table = np.asarray(np.random.default_rng(0).normal(size=(24, 24)), np.float32)
-        drafter = toy.ToyDrafter(toy.ToyConfig(24), num_nodes=5)
+        drafter = toy_bigram.ToyDrafter(toy_bigram.ToyConfig(24), num_nodes=5)
         sbj.save_drafter(drafter, {"table": table}, tmp_path / "toy", dtype="float32")
         loaded = sbj.load_drafter(tmp_path / "toy", target, num_nodes=3)
-        assert isinstance(loaded[0], toy.ToyDrafter) and loaded[0].num_nodes == 3
-        np.testing.assert_array_equal(np.asarray(loaded[1]["table"]), table)
+        assert isinstance(loaded.drafter, toy_bigram.ToyDrafter) and loaded.drafter.num_nodes == 3
+        np.testing.assert_array_equal(np.asarray(loaded.params["table"]), table)
         prompts = [[1, 2, 3], [4, 5, 6, 7, 8], [9]]
-        ar = sbj.generate(target, prompts, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=2))
-        spec = sbj.generate(target, prompts, drafter=loaded, max_new_tokens=12,
-                            options=sbj.DecodeOptions(batch_size=2))
+        options = sbj.DecodeOptions(batch_size=2)
+        ar = sbj.generate(target, prompts, max_new_tokens=12, options=options)
+        spec = sbj.generate(target, prompts, loaded, max_new_tokens=12, options=options)
         assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
         assert all(s.stats.target_forwards >= 1 for s in spec)
+        assert sbj.serving.AutoServe(loaded, budgets=(2,)).options == ["ar", 2, 3]
+        assert "toy_bigram" in sbj.drafters.registry.kinds()
     finally:
         from specblock_jax.drafters import registry
 
-        sys.modules.pop("toy_bigram_kind", None)
-        registry._KINDS.pop("toy_bigram", None)
+        sys.modules.pop("toy_bigram", None)
+        registry.unregister("toy_bigram")
 
 
 def test_a_drafter_that_breaks_the_tree_contract_gets_a_clear_error():

@@ -147,6 +147,11 @@ def register(kind: DrafterKind) -> DrafterKind:
     return kind
 
 
+def unregister(name: str) -> None:
+    """Forgets kind `name` (a test's toy kind); unknown names are ignored."""
+    _KINDS.pop(name, None)
+
+
 def _import_kind(name: str) -> None:
     """Imports the package that registers kind `name` by convention, if there is one."""
     module = f"{PACKAGE}.{name}"

@@ -4,4 +4,5 @@ per-prompt step profile, and the method strings of the command-line tools."""
 
 from specblock_jax.serving import calibrate
 from specblock_jax.serving.auto import AutoServe
-from specblock_jax.serving.methods import parse_method, resolve_method
+from specblock_jax.serving.methods import Method, parse_method, resolve_method
+from specblock_jax.serving.routed import generate_routed
