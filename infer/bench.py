@@ -87,7 +87,7 @@ import numpy as np
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax import read_prompts
+from specblock_jax import checks, read_prompts
 from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 from specblock_jax.drafters import registry
@@ -96,8 +96,12 @@ from specblock_jax.serving.methods import Method, split_adapt, weightless_kinds
 
 from .bench_price import PriceSpec, Pricer, price_all
 from .bench_report import closing_lines, compare, replot, table, write_results
-from .decode import DEFAULT_TARGET, cli_method, make_adapter
+from .decode import (DEFAULT_TARGET, add_cache_flags, at_least, check_flags, cli_method, load_target, make_adapter,
+                     show_compiles, usage_error, use_cache_flags)
 from .labels import method_label
+
+
+PROG = "specblock-bench"
 
 
 def drafter_forwards_per_step(served: Method) -> int:
@@ -249,7 +253,7 @@ def decode_prompts(target, prep: dict, prompts, temperature, batch_size, args, s
     offset = 1 + max((r.stats.batch for r in results), default=-1)
     label = f"T={temperature:g} b={batch_size} {method_label(prep['method'])}{note}"
     keys = None if prep["served"].auto is not None else range(start, start + len(prompts))
-    with tqdm(total=len(prompts), desc=label, unit="prompt", file=sys.stdout, leave=True) as bar:
+    with tqdm(total=len(prompts), desc=label, unit="prompt", file=sys.stdout, leave=True) as bar, show_compiles(bar):
         done = {"tokens": 0, "wall": 0.0, "batches": set()}
 
         def on_batch(batch):  # prompts done and the decode loop's tokens/s so far
@@ -442,6 +446,7 @@ def parse_args(argv=None):
     p.add_argument("--price-context", type=int, default=2048, metavar="C",
                    help="prompt bucket of the priced steps; their cache holds it + --max-new-tokens "
                         "(default %(default)s)")
+    add_cache_flags(p)
     return p.parse_args(argv)
 
 
@@ -491,8 +496,16 @@ def main(argv=None) -> int:
         return 0
     args = parse_args(argv)
     args.calibrate_grid = parse_grid(args.calibrate_grid)
-    if args.rounds < 1:
-        raise SystemExit(f"--rounds must be >= 1, got {args.rounds}")
+    check_flags(PROG, args, {"--max-new-tokens": checks.max_new_tokens, "--rounds": at_least(1),
+                             "--limit": at_least(0), "--skip": at_least(0), "--warmup-prompts": at_least(0)})
+    try:
+        [checks.temperature(float(v), "--temperatures") for v in args.temperatures.split(",")]
+        [checks.whole(int(v), "--batch-size", 1) for v in str(args.batch_size).split(",")]
+    except ValueError as e:
+        raise usage_error(PROG, str(e) if str(e).startswith("--") else f"comma lists of numbers: {e}") from None
+    if not args.prompts.is_file():
+        raise usage_error(PROG, f"--prompts: {args.prompts}: no such prompt file")
+    use_cache_flags(args)
     methods = [m for m in args.methods.split(",") if m]
     methods = ["ar"] + [m for m in methods if m != "ar"]
     if args.adapt:
@@ -500,10 +513,11 @@ def main(argv=None) -> int:
                    ([m, m + ":adapt=true"] if split_adapt(m)[0].split(":")[0] not in ("ar", *weightless_kinds())
                     and split_adapt(m)[1] is None else [m])]
     for m in methods:
-        cli_method(split_adapt(split_calibrate(m)[0])[0])  # fail fast on an unknown method
+        cli_method(split_adapt(split_calibrate(m)[0])[0], prog=PROG)  # fail fast on an unknown method
     pricer = (Pricer(PriceSpec.parse(args.price, args.price_context, args.max_new_tokens), args.price_cache)
               if args.price else None)
-    target = sbj.load_target(args.target)
+    args.random_target = False
+    target = load_target(args, PROG)
     if args.price_only:
         if pricer is None or args.price_cache is None:
             raise SystemExit("--price-only needs --price TOPO,PRESET and --price-cache DIR")

@@ -47,13 +47,62 @@ import jax
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax import parallel
+from specblock_jax import checks, parallel
 from specblock_jax.serving import methods
 from specblock_jax.training.prompts import encode_prompts
 from specblock_jax.training import chat
 
 log = logging.getLogger("specblock-decode")
-DEFAULT_TARGET = "assets/target"
+CHECKOUT = Path(sbj.__file__).resolve().parents[1]  # the checkout holding the embedded default
+DEFAULT_TARGET = "assets/target"  # relative to the working folder, else to the checkout
+
+
+def usage_error(prog: str, message: str) -> SystemExit:
+    """A bad argument: one line on stderr, exit status 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return SystemExit(2)
+
+
+def default_path(value: str) -> str:
+    """`value` as given when it exists, else the checkout's copy of it (an `assets/...` default
+    from outside the checkout), else as given (the caller's error names it)."""
+    if Path(value).exists() or Path(value).is_absolute() or not (CHECKOUT / value).exists():
+        return value
+    return str(CHECKOUT / value)
+
+
+def add_cache_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--compile-cache", type=Path, default=None,
+                   help="JAX's persistent compilation cache folder, so a rerun or a resumed job starts "
+                        "warm (default: $SPECBLOCK_JAX_COMPILE_CACHE or ~/.cache/specblock-jax/jax)")
+    p.add_argument("--no-compile-cache", action="store_true", help="compile everything afresh, cache nothing")
+
+
+def use_cache_flags(args) -> None:
+    sbj.decoding.use_compile_cache(args.compile_cache, enabled=not args.no_compile_cache)
+
+
+def show_compiles(bar):
+    """A progress bar that says what compiles while it does (instead of sitting at 0%)."""
+    return sbj.decoding.on_compile(lambda what: bar.set_postfix_str(f"compiling {what} ...", refresh=True))
+
+
+def at_least(low: int):
+    """A check of an integer flag >= low (`checks.whole`)."""
+    return lambda value, field: checks.whole(value, field, low)
+
+
+def check_flags(prog: str, args, flags: dict) -> None:
+    """Each flag's value through the library's one validation (`specblock_jax.checks`, called as
+    check(value, flag)): a bad one exits 2 with "<prog>: error: --flag: <what is wrong> (got <value>)"."""
+    for flag, check in flags.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if value is None:
+            continue
+        try:
+            check(value, flag)
+        except ValueError as e:
+            raise usage_error(prog, str(e)) from None
 
 
 def done_keys(out: Path) -> set[str]:
@@ -88,21 +137,25 @@ class Appender:
         os.close(self.fd)
 
 
-def load_target(args) -> sbj.Target:
+def load_target(args, prog: str = "specblock-decode") -> sbj.Target:
     """The checkpoint at --target, or with --random-target a random tiny Qwen3 (4096 positions)."""
+    path = None if args.random_target else default_path(args.target)
+    if path is not None and not Path(path).is_dir():
+        raise usage_error(prog, f"--target: {path}: no such checkpoint folder")
     try:
-        return sbj.models.load_text_target(None if args.random_target else args.target, seed=args.seed)
-    except sbj.CheckpointError as e:
-        raise SystemExit(str(e)) from None
+        return sbj.models.load_text_target(path, seed=args.seed)
+    except (sbj.CheckpointError, ValueError, OSError) as e:
+        raise usage_error(prog, f"--target: {e}") from None
 
 
-def cli_method(method: str, target: sbj.Target | None = None, chat_format: dict | None = None):
+def cli_method(method: str, target: sbj.Target | None = None, chat_format: dict | None = None,
+               prog: str = "specblock-decode"):
     """`check_method` (and with a target, `resolve_method`) with a clear exit on a bad method."""
     try:
         methods.check_method(method)
         return None if target is None else methods.resolve_method(method, target, chat=chat_format)
-    except ValueError as e:
-        raise SystemExit(f"--method: {e}") from None
+    except (ValueError, OSError) as e:
+        raise usage_error(prog, f"--method: {e}") from None
 
 
 def chat_setup(args, target: sbj.Target, conversations: bool):
@@ -157,6 +210,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the adapter's state folder (default <out>.adapter): saved as the job runs "
                         "(at most every --adapt-state-every seconds, and at the end), loaded by a resumed job")
     p.add_argument("--adapt-state-every", type=float, default=60.0)
+    add_cache_flags(p)
     parallel.distributed.add_flags(p)
     return p.parse_args(argv)
 
@@ -263,9 +317,13 @@ def decode_batches(args, target, served, adapter, mesh, todo, out, bar) -> tuple
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
+    check_flags("specblock-decode", args, {
+        "--max-new-tokens": checks.max_new_tokens, "--temperature": checks.temperature, "--top-k": checks.top_k,
+        "--top-p": checks.top_p, "--batch-size": at_least(1), "--refill-rows": at_least(1), "--limit": at_least(1)})
     parallel.distributed.initialize_from_args(args)  # before any other JAX call
-    if not args.prompts.exists():
-        raise SystemExit(f"{args.prompts}: prompt file not found")
+    use_cache_flags(args)
+    if not args.prompts.is_file():
+        raise usage_error("specblock-decode", f"--prompts: {args.prompts}: no such prompt file")
     args.method, method_adapt = methods.split_adapt(args.method)
     if method_adapt is not None:  # ':adapt...' keys on the method work like --adapt
         args.adapt = True
@@ -334,13 +392,13 @@ def main(argv=None) -> int:
     out = Appender(args.out)
     new_errors = [e for e in errors if e["key"] not in finished]
     for e in new_errors:
-        log.warning("record at line %d (id %r): %s", e["line"], e["id"], e["error"])
+        log.warning("%s line %d (id %r): %s", args.prompts, e["line"], e["id"], e["error"])
         out.write({k: e[k] for k in ("id", "line", "error")})
     log.info("%d records to decode, %d already done, %d errors", len(todo),
              len(finished & {r["key"] for r in records}), len(new_errors))
     todo.sort(key=lambda x: x[0])  # similar lengths share a batch and a length bucket
     refill = mesh is None and not args.no_refill and len(todo) > args.batch_size
-    with tqdm(total=len(todo), desc=f"decode ({args.method})", unit="rec") as bar:
+    with tqdm(total=len(todo), desc=f"decode ({args.method})", unit="rec") as bar, show_compiles(bar):
         run = decode_refill if refill else decode_batches
         tokens, run_s, compile_s = run(args, target, served, adapter, mesh, todo, out, bar)
     out.close()
@@ -355,6 +413,13 @@ def main(argv=None) -> int:
     print(f"\n{len(todo)} records decoded with {args.method} -> {args.out}; {len(new_errors)} error records")
     print(f"{tokens} new tokens, {tokens / run_s if run_s else float('nan'):.1f} tokens/s "
           f"(compilation excluded: {compile_s:.1f} s)")
+    if new_errors and not todo and not (finished & {r["key"] for r in records}):
+        print(f"specblock-decode: every record failed ({len(new_errors)} of {len(new_errors)}); see {args.out}",
+              file=sys.stderr)
+        return 1
+    if new_errors:
+        print(f"specblock-decode: {len(new_errors)} of {len(new_errors) + len(todo)} records failed (their "
+              f"errors are in {args.out})", file=sys.stderr)
     return 0
 
 

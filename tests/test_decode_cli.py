@@ -52,7 +52,7 @@ def test_decodes_writes_error_records_and_resumes(tiny_ckpt, tmp_path, caplog):
         4: "invalid JSON (Expecting property name enclosed in double quotes)",
         5: "empty prompt", 6: "duplicate id",
         7: "expected an object with 'id' and a string 'prompt' (or 'messages')",
-        8: errors[8], 9: "max_new_tokens must be a positive integer and temperature a number >= 0"}
+        8: errors[8], 9: "max_new_tokens: must be an integer >= 1 (got -3)"}
     assert "exceed the model's 512 positions" in errors[8]
     done = [r for r in rows if "error" not in r]
     assert sorted(r["id"] for r in done) == ["own", "p0", "p1", "p2", "p3", "p4"]  # each once

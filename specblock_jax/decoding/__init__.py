@@ -4,7 +4,7 @@ start/step/run/output stages), prompt
 batching and continuous batching, and the per-phase step profile."""
 
 from specblock_jax.decoding import step_profile
-from specblock_jax.decoding.compiled import compilation_count
+from specblock_jax.decoding.compiled import compilation_count, on_compile, use_compile_cache
 from specblock_jax.decoding.generate import generate
 from specblock_jax.decoding.job import Request
 from specblock_jax.decoding.loop import DecodeLoop, SpeculativeLoop, TargetLoop, decode_loop, make_loop

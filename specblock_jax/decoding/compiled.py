@@ -10,6 +10,12 @@ caller may pass `warm`: args -> arguments for one short run (e.g. budgets capped
 each kernel of a decode loop runs once), which `compiled` runs right after compiling, on CPU only,
 and counts as compile time.
 
+Compiles are paid once per machine: the first `compiled` call turns on JAX's persistent
+compilation cache (`use_compile_cache`) in a user cache folder (`$SPECBLOCK_JAX_COMPILE_CACHE`, else
+`$XDG_CACHE_HOME/specblock-jax/jax`, else `~/.cache/specblock-jax/jax`; the variable set to "off"
+turns it off), unless the caller configured one already. A listener registered with `on_compile`
+hears of each compile as it starts (the command-line tools show it on their progress bars).
+
 XLA:CPU maps each executable's code in many small memory sections, and Linux caps a process's maps
 (vm.max_map_count, 65,530 by default): a bench of 8 methods once died with "LLVM compilation error:
 Cannot allocate memory". So before compiling, `compiled` counts the process's maps and, past
@@ -19,17 +25,69 @@ used again; compile time is reported apart from run time).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
+import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import jax
 
 _EXECUTABLES: dict = {}
 _STATS = {"compilations": 0, "compile_s": 0.0, "evicted": 0}
 MAP_SHARE = 0.6  # of vm.max_map_count that live executables may bring the process to
+CACHE_ENV = "SPECBLOCK_JAX_COMPILE_CACHE"
+_CACHE = {"decided": False, "dir": None}
+_LISTENERS: list[Callable[[str], None]] = []
+
+
+def default_cache_dir() -> Path:
+    """$SPECBLOCK_JAX_COMPILE_CACHE, else $XDG_CACHE_HOME/specblock-jax/jax, else ~/.cache/specblock-jax/jax."""
+    if os.environ.get(CACHE_ENV, "off") != "off":
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "specblock-jax" / "jax"
+
+
+def use_compile_cache(path: str | os.PathLike | None = None, enabled: bool = True) -> Path | None:
+    """Turns on JAX's persistent compilation cache at `path` (default `default_cache_dir()`), so a
+    second process (a rerun, a resumed job) loads its executables instead of compiling them; with
+    enabled=False, or $SPECBLOCK_JAX_COMPILE_CACHE=off, leaves it off. A folder already set in
+    `jax.config` (e.g. by the caller or the tests) is kept. Returns the folder in use, or None."""
+    _CACHE["decided"] = True
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        _CACHE["dir"] = Path(current)
+    elif enabled and os.environ.get(CACHE_ENV) != "off":
+        folder = Path(path).expanduser() if path is not None else default_cache_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(folder))
+        _CACHE["dir"] = folder
+    return _CACHE["dir"]
+
+
+@contextlib.contextmanager
+def on_compile(listener: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, listener(what) is called as each new executable starts compiling
+    (e.g. "eagle3 decode_loop, cache 256"), so a progress bar can say so."""
+    _LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        _LISTENERS.remove(listener)
+
+
+def _describe(fn: Callable, static: tuple) -> str:
+    """What is being compiled, for a listener: the function and, for a decode loop, its drafter's kind."""
+    name = getattr(fn, "__qualname__", getattr(fn, "__name__", "function"))
+    loop = next((s for s in static if hasattr(s, "cache_len") and hasattr(s, "max_new")), None)
+    if loop is None:
+        return name
+    drafter = getattr(loop, "drafter", None)
+    kind = "target-only" if drafter is None else getattr(drafter, "kind", type(drafter).__name__)
+    return f"{kind} {name}, cache {loop.cache_len}"
 
 
 def _count_lines(path: str) -> int | None:
@@ -78,7 +136,11 @@ def compiled(fn: Callable, static: tuple, *args, donate_argnums: tuple[int, ...]
     key = (fn, static, _signature(args), donate_argnums)
     if key in _EXECUTABLES:
         return _EXECUTABLES[key], 0.0
+    if not _CACHE["decided"]:
+        use_compile_cache()
     _make_room()
+    for listener in list(_LISTENERS):
+        listener(_describe(fn, static))
     start = time.perf_counter()
     jitted = jax.jit(functools.partial(fn, *static), donate_argnums=donate_argnums)
     exe = jitted.lower(*args).compile()

@@ -11,7 +11,8 @@ import dataclasses
 from typing import Any, NamedTuple, Sequence
 
 from specblock_jax.decoding.options import DecodeOptions
-from specblock_jax.decoding.sampling import Sampling, check_temperature
+from specblock_jax import checks
+from specblock_jax.decoding.sampling import Sampling
 from specblock_jax.models.target import Target
 from specblock_jax.training.prompts import encode_prompts
 
@@ -121,11 +122,12 @@ def make_requests(target: Target, prompts: Sequence[str | Sequence[int]], *, max
     key_ids = list(range(len(ids))) if key_index is None else [int(k) for k in key_index]
     if len(key_ids) != len(ids):
         raise ValueError(f"key_index: got {len(key_ids)} values for {len(ids)} prompts")
-    for i in range(len(ids)):
-        check_temperature(temps[i], f"prompt {i}: temperature")
     for i, toks in enumerate(ids):
-        if isinstance(budget[i], bool) or not isinstance(budget[i], int) or budget[i] < 1:
-            raise ValueError(f"prompt {i}: max_new_tokens: must be an integer >= 1 (got {budget[i]!r})")
+        try:
+            checks.temperature(temps[i])
+            checks.max_new_tokens(budget[i])
+        except ValueError as e:
+            raise ValueError(f"prompt {i}: {e}") from None
         if len(toks) + budget[i] > limit:
             raise ValueError(f"prompt {i}: {len(toks)} prompt tokens + max_new_tokens={budget[i]} "
                              f"exceed the cache limit of {limit} tokens")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from specblock_jax import checks
+
 PROFILES = ("off", "draft", "all")
 
 
@@ -39,22 +41,21 @@ class DecodeOptions:
     A caller that splits one job over several calls passes the prompts' positions in the job."""
 
     def __post_init__(self):
-        def whole(name, low, none_ok=False):
-            value = getattr(self, name)
-            if value is None and none_ok:
-                return
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"options: {name}: must be an integer >= {low} (got {value!r})")
-
-        whole("batch_size", 1, none_ok=True)
-        whole("max_cache_len", 1, none_ok=True)
-        whole("refill_rows", 1)
-        whole("queue", 0)
-        if self.profile not in PROFILES:
-            raise ValueError(f"options: profile: must be one of {PROFILES} (got {self.profile!r})")
-        object.__setattr__(self, "stop_tokens", tuple(int(t) for t in self.stop_tokens))
-        if self.key_index is not None:
-            object.__setattr__(self, "key_index", tuple(int(k) for k in self.key_index))
+        try:
+            for name, low in (("batch_size", 1), ("max_cache_len", 1)):
+                if getattr(self, name) is not None:
+                    checks.whole(getattr(self, name), name, low)
+            checks.whole(self.refill_rows, "refill_rows", 1)
+            checks.whole(self.queue, "queue", 0)
+            if self.profile not in PROFILES:
+                raise ValueError(f"profile: must be one of {PROFILES} (got {self.profile!r})")
+            object.__setattr__(self, "stop_tokens", tuple(checks.whole(t, f"stop_tokens[{i}]", 0)
+                                                          for i, t in enumerate(self.stop_tokens)))
+            if self.key_index is not None:
+                object.__setattr__(self, "key_index", tuple(checks.whole(k, f"key_index[{i}]", 0)
+                                                            for i, k in enumerate(self.key_index)))
+        except ValueError as e:
+            raise ValueError(f"options: {e}") from None
 
 
 DEFAULTS = DecodeOptions()

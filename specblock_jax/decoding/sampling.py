@@ -8,18 +8,12 @@ values do not recompile. temperature 0 means greedy (argmax).
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
 
-
-def check_temperature(value, where: str) -> float:
-    """`value` as a float, or ValueError "<where>: must be a finite number >= 0 (got ...)"."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{where}: must be a finite number >= 0 (got {value!r})")
-    return float(value)
+from specblock_jax import checks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,17 +30,17 @@ class Sampling:
     """Keep the smallest set of most likely tokens whose probability reaches p (1: all)."""
 
     def __post_init__(self):
-        temps = self.temperature
-        if isinstance(temps, Sequence) and not isinstance(temps, str):
-            object.__setattr__(self, "temperature", tuple(
-                check_temperature(t, f"sampling: temperature[{i}]") for i, t in enumerate(temps)))
-        else:
-            check_temperature(temps, "sampling: temperature")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"sampling: top_k: must be an integer >= 0 (got {self.top_k!r})")
-        p = self.top_p
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not (0 < p <= 1):
-            raise ValueError(f"sampling: top_p: must be in (0, 1] (got {p!r})")
+        try:
+            temps = self.temperature
+            if isinstance(temps, Sequence) and not isinstance(temps, str):
+                object.__setattr__(self, "temperature", tuple(
+                    checks.temperature(t, f"temperature[{i}]") for i, t in enumerate(temps)))
+            else:
+                object.__setattr__(self, "temperature", checks.temperature(temps))
+            checks.top_k(self.top_k)
+            checks.top_p(self.top_p)
+        except ValueError as e:
+            raise ValueError(f"sampling: {e}") from None
 
 
 GREEDY = Sampling()

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from specblock_jax import checks
 from specblock_jax.jsonl import parse_lines
 from specblock_jax.models.target import Target
 
@@ -46,8 +47,8 @@ def read_prompts(path: Path, conversations: bool = False) -> tuple[list[dict], l
                 err = "empty prompt"
             elif rid in seen:
                 err = "duplicate id"
-            elif not _optional_number(rec, "max_new_tokens", int) or not _optional_number(rec, "temperature", float):
-                err = "max_new_tokens must be a positive integer and temperature a number >= 0"
+            else:
+                err = _field_error(rec)
             if err:
                 errors.append({"key": f"line {n}", "id": rid, "line": n, "error": err})
                 continue
@@ -57,13 +58,15 @@ def read_prompts(path: Path, conversations: bool = False) -> tuple[list[dict], l
     return records, errors
 
 
-def _optional_number(rec: dict, name: str, kind) -> bool:
-    value = rec.get(name)
-    if value is None:
-        return True
-    if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+def _field_error(rec: dict) -> str | None:
+    """The first bad optional field of a record ("<field>: <what is wrong> (got <value>)"), or None."""
+    for name, check in (("max_new_tokens", checks.max_new_tokens), ("temperature", checks.temperature)):
+        if rec.get(name) is not None:
+            try:
+                check(rec[name])
+            except ValueError as e:
+                return str(e)
+    return None
 
 
 def encode_prompts(target: Target, prompts: Sequence[str | Sequence[int]]) -> list[list[int]]:
