@@ -10,7 +10,7 @@ from typing import Any, ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.decoding.prefill import LoopInputs, LoopOutput, prefill, step_keys
+from specblock_jax.decoding.prefill import LoopInputs, LoopOutput, prefill, step_keys, until_done
 from specblock_jax.decoding.sampling import SamplingParams, sample
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.kv_cache import KVCache
@@ -29,15 +29,6 @@ class TargetState(NamedTuple):
     budgets: jax.Array  # [B] int32 new-token limits
     sampling: SamplingParams  # [B] per-row settings
     keys: jax.Array  # [B] PRNG keys, one per request
-
-
-def until_done(step, state, wake):
-    """`step` applied until every row is done or, when wake ([] int32) > 0, until at least `wake`
-    rows are (continuous batching: requests wait for free rows)."""
-    def cond(s):
-        return ~jnp.all(s.done) & ~((wake > 0) & (jnp.sum(s.done) >= wake))
-
-    return jax.lax.while_loop(cond, step, state)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

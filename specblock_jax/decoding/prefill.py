@@ -1,5 +1,5 @@
-"""The prompt forward and the first new token, shared by the autoregressive and speculative loops,
-and the named inputs both loops take and the output they return."""
+"""What the target-only and speculative loops share: the prompt forward and the first new token,
+the named inputs both loops take and the output they return, and the while loop itself."""
 
 from __future__ import annotations
 
@@ -73,3 +73,12 @@ def prefill(graphdef, cfg, params, inputs: LoopInputs, cache_len: int, width: in
     out = jnp.full((b, width), -1, jnp.int32).at[:, 0].set(first)
     return Prefilled(fwd.cache._replace(lengths=lengths), logits, fwd.hidden, first, out, stopped,
                      stopped | (inputs.budgets <= 1))
+
+
+def until_done(step, state, wake):
+    """`step` applied until every row is done or, when wake ([] int32) > 0, until at least `wake`
+    rows are (continuous batching: requests wait for free rows)."""
+    def cond(s):
+        return ~jnp.all(s.done) & ~((wake > 0) & (jnp.sum(s.done) >= wake))
+
+    return jax.lax.while_loop(cond, step, state)

@@ -24,8 +24,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.decoding.autoregressive import until_done
-from specblock_jax.decoding.prefill import LoopInputs, LoopOutput, prefill, step_keys
+from specblock_jax.decoding.prefill import LoopInputs, LoopOutput, prefill, step_keys, until_done
 from specblock_jax.decoding.sampling import SamplingParams, sampling_logprobs
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.models.config import ModelConfig
