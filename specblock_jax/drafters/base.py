@@ -18,6 +18,8 @@ into R rows of a running batch. A row's state must depend on that row's inputs o
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -46,6 +48,25 @@ class LoadedDrafter(NamedTuple):
     """A drafter with its weights: what `load_drafter` returns and `generate` takes as `drafter`."""
     drafter: Any  # a Drafter: settings only, hashable
     params: Any  # its weights (a pytree; () for a drafter without any, e.g. prompt lookup)
+
+    def __repr__(self) -> str:
+        """One line: the kind, its decoding settings, parameter count and dtype."""
+        leaves = jax.tree.leaves(self.params)
+        size = sum(int(math.prod(x.shape)) for x in leaves)
+        dtypes = sorted({str(x.dtype) for x in leaves})
+        return (f"LoadedDrafter({describe(self.drafter)}, {size / 1e6:.2f}M params"
+                f"{', ' + '/'.join(dtypes) if dtypes else ''})")
+
+
+def describe(drafter: Any) -> str:
+    """A drafter's kind and decoding settings in one line (not its config's graph)."""
+    kind = getattr(drafter, "kind", type(drafter).__name__)
+    if not dataclasses.is_dataclass(drafter):
+        return kind
+    settings = [f"{f.name}={getattr(drafter, f.name)!r}" for f in dataclasses.fields(drafter)
+                if f.repr and not f.name.endswith("graphdef") and f.name != "config"
+                and isinstance(getattr(drafter, f.name), (int, float, str, bool, tuple, type(None)))]
+    return f"{kind}: {type(drafter).__name__}({', '.join(settings)})"
 
 
 class Drafter(Protocol):

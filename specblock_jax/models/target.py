@@ -27,6 +27,15 @@ class Target:
     def replace(self, **changes) -> "Target":
         return dataclasses.replace(self, **changes)
 
+    def __repr__(self) -> str:
+        """One line: family, sizes, parameter count and dtype (not the weights, not the graph)."""
+        c = self.config
+        leaves = jax.tree.leaves(self.params)
+        dtype = str(leaves[0].dtype) if leaves else c.dtype
+        return (f"Target({c.family}, {c.num_layers} layers, hidden {c.hidden_size}, heads {c.num_heads}/"
+                f"{c.num_kv_heads} kv, vocab {c.vocab_size}, {count_params(self.params) / 1e6:.1f}M params, {dtype}, "
+                f"tokenizer {'yes' if self.tokenizer is not None else 'none'})")
+
     def with_attention(self, attention: str) -> "Target":
         """The same weights with another cache-attention path: "bucketed" (the default; its cost
         follows the sequence length) or "full" (always the whole static cache), models/attention.py."""
