@@ -514,3 +514,37 @@ def test_cli_counts_a_draft_vocabulary_from_the_training_examples(tmp_path, caps
     vocab = draft_vocab.load(path, VOCAB, 4)
     assert vocab.d2t.tolist() == [5, 0, 1, 7]  # 3x 5, then 2x each of 0, 1, 7 (ties to the lower id)
     assert "4 of 64 target tokens, 90.0% of the training tokens" in capsys.readouterr().out
+
+
+def test_training_refuses_to_replace_a_shipped_or_foreign_model(tmp_path):
+    """Shipped models are read-only to the trainer: an out_dir under a checkout's assets/ or one
+    outside the run holding a model is refused before any step unless overwrite=true."""
+    from specblock_jax.trainer.trainer import OutDirError, check_out_dir
+
+    checkout = tmp_path / "checkout"
+    (checkout / "specblock_jax").mkdir(parents=True)
+    shipped = checkout / "assets" / "drafters" / "eagle3"
+    shipped.mkdir(parents=True)
+    (shipped / "config.json").write_text("{}")
+    before = (shipped / "config.json").read_bytes()
+    run = tmp_path / "runs" / "r"
+    with pytest.raises(OutDirError, match=rf"out_dir: {shipped}: holds a shipped model under assets/"):
+        train(_task_for_out_dir(), {"run_dir": str(run), "out_dir": str(shipped)}, lambda state: iter(()),
+              lambda params: {})
+    assert (shipped / "config.json").read_bytes() == before and not run.exists()  # refused before anything ran
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    with pytest.raises(OutDirError, match="holds a model this run did not write"):
+        check_out_dir(other, run, overwrite=False)
+    assert "will replace a shipped model" in check_out_dir(shipped, run, overwrite=True)
+    assert check_out_dir(run / "export", run, overwrite=False) is None  # the run's own folder
+    assert check_out_dir(tmp_path / "fresh", run, overwrite=False) is None  # nothing there yet
+
+
+def _task_for_out_dir():
+    class Untouched:  # the trainer must refuse before it asks the task anything
+        def __getattr__(self, name):
+            raise AssertionError(f"the trainer used the task ({name}) before checking out_dir")
+
+    return Untouched()

@@ -65,6 +65,7 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "log_every": 10, "ckpt_every": 200, "keep_checkpoints": 2,
     "eval_every": 200, "eval_max_new_tokens": 64, "eval_batch_size": 8,
     "stop_min_gain": None, "stop_metric": "eval_tau_mean",
+    "overwrite": False,  # allow out_dir to replace a model this run did not write (module docstring of check_out_dir)
 }
 RESERVED_METRICS = ("step", "loss", "lr", "grad_norm", "tokens_seen", "tokens_per_s", "elapsed_s",
                     "flops")
@@ -76,6 +77,30 @@ class DataIterator(Protocol):
     def __next__(self) -> dict[str, np.ndarray]: ...  # arrays with a leading [B]; StopIteration at the end
 
     def get_state(self) -> dict[str, int]: ...  # plain ints; the factory accepts it back
+
+
+class OutDirError(ValueError):
+    """The run would replace a model it did not write (see `check_out_dir`)."""
+
+
+def check_out_dir(out_dir: str | Path, run_dir: str | Path, overwrite: bool) -> str | None:
+    """Shipped models are read-only to training: an out_dir outside the run's own folder that
+    already holds a model (a config.json), or any folder under a checkout's assets/, is refused
+    unless `overwrite` (OutDirError naming it), so a throwaway run cannot replace the embedded
+    default. With overwrite, returns the line that says what the export will replace (None when
+    it replaces nothing)."""
+    out, run = Path(out_dir).resolve(), Path(run_dir).resolve()
+    if run == out or run in out.parents:
+        return None
+    shipped = any(p.name == "assets" and (p.parent / "specblock_jax").is_dir() for p in out.parents)
+    holds_model = (out / "config.json").exists()
+    if not (shipped or holds_model):
+        return None
+    what = "a shipped model under assets/" if shipped else "a model this run did not write"
+    if not overwrite:
+        raise OutDirError(f"out_dir: {out_dir}: holds {what}; training exports under its run_dir by default "
+                          "(leave out_dir unset), or pass overwrite=true to replace it")
+    return f"out_dir: {out_dir}: the export will replace {what} (overwrite=true)"
 
 
 def with_defaults(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -296,6 +321,9 @@ def train(task: TrainTask, cfg: Mapping[str, Any],
     logs, the summary and the export.
     """
     cfg = with_defaults(cfg)
+    replacing = check_out_dir(cfg["out_dir"], cfg["run_dir"], bool(cfg["overwrite"]))
+    if replacing and jax.process_index() == 0:
+        print(replacing, flush=True)
     run = Path(cfg["run_dir"])
     run.mkdir(parents=True, exist_ok=True)
     log_path = run / "metrics.jsonl"
