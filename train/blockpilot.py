@@ -46,9 +46,8 @@ from specblock_jax.training.prompts import encode_prompts
 from specblock_jax.serving.prompt_profile import median_step_profile
 from specblock_jax.training.prompts import read_prompts
 from specblock_jax.decoding.step_profile import step_ms
-from specblock_jax.drafters import registry
-from specblock_jax.drafters.blockpilot._labels import read_labels
-from specblock_jax.drafters.blockpilot._train import PolicyData, prefill_features
+from specblock_jax.drafters.blockpilot import (BlockPilotTask, PolicyData, apply_config, label_source, parsers,
+                                               prefill_features, read_labels, summarise, training_block_size)
 from specblock_jax.trainer.trainer import train
 
 
@@ -109,33 +108,14 @@ def write_labels(target, dflash_dir, records: list[dict], sizes: list[int], out:
             costs_path.write_text(json.dumps(costs, indent=2))
 
 
-def training_block_size(dflash_dir: str | Path) -> int:
-    """The block size the DFlash drafter in `dflash_dir` was trained with."""
-    return int(json.loads((Path(dflash_dir) / "config.json").read_text())["config"]["block_size"])
-
-
-def summarise(folder: Path, prefer: int | None = None) -> dict:
-    out = {}
-    for metric in ("tau", "speed"):
-        if metric == "speed" and not (folder / "costs.json").exists():
-            continue
-        ids, sizes, tau, labels = read_labels(folder, metric, prefer)
-        out[metric] = {"prompts": len(ids), "label_counts": {s: labels.count(i) for i, s in enumerate(sizes)}}
-    out["mean_tau"] = {s: float(tau[:, i].mean()) for i, s in enumerate(sizes)}
-    out["oracle_mean_tau"] = float(tau.max(1).mean())
-    if (folder / "costs.json").exists():
-        out["ms_per_step_batch1"] = json.loads((folder / "costs.json").read_text())
-    return out
-
-
 def train_cmd(args) -> None:
     target = sbj.load_target(args.target)
     data, sizes = {}, {}
     for split, folder in (("train", Path(args.labels)), ("heldout", Path(args.eval_labels))):
-        settings = json.loads((folder / "settings.json").read_text())
-        ids, sizes[split], tau, labels = read_labels(folder, args.metric, training_block_size(settings["dflash"]),
+        prompt_file, prefer = label_source(folder)
+        ids, sizes[split], tau, labels = read_labels(folder, args.metric, prefer,
                                                      Path(args.costs) if args.costs else None)
-        recs, _ = read_prompts(Path(settings["prompts"]))
+        recs, _ = read_prompts(prompt_file)
         prompts = {r["id"]: r["prompt"] for r in recs}
         x = prefill_features(target, [prompts[i] for i in ids], args.features, args.top_k)
         data[split] = PolicyData(x, np.asarray(labels, np.int32), tau)
@@ -146,7 +126,7 @@ def train_cmd(args) -> None:
     cfg = {"run_dir": str(run_dir), "out_dir": args.out or str(run_dir / "export"), "seed": args.seed,
            "lr": args.lr, "b1": 0.9, "b2": 0.999, "weight_decay": 0.05, "max_steps": args.steps,
            "log_every": 1, "eval_every": 100, "ckpt_every": args.steps}
-    task = registry.get("blockpilot").task(
+    task = BlockPilotTask(
         {"sizes": sizes["train"], "features": args.features, "top_k": args.top_k, "width": args.width,
          "loss": args.loss, "dropout": args.dropout, "dflash_dir": args.dflash_dir},
         target, data["train"], data["heldout"])
@@ -159,66 +139,8 @@ def train_cmd(args) -> None:
     print(json.dumps(report, indent=2))
 
 
-def apply_config(path: Path, subparsers: dict[str, argparse.ArgumentParser]) -> None:
-    """A YAML config's sections ({"labels": {...}, "train": {...}}) become the subcommands'
-    defaults (flags still override them); an unknown section or key is a clear error."""
-    import yaml
-
-    cfg = yaml.safe_load(path.read_text()) or {}
-    if set(cfg) - set(subparsers):
-        raise SystemExit(f"{path}: unknown sections {sorted(set(cfg) - set(subparsers))} "
-                         f"(sections: {sorted(subparsers)})")
-    for name, sp in subparsers.items():
-        section = {k.replace("-", "_"): v for k, v in (cfg.get(name) or {}).items()}
-        dests = {a.dest for a in sp._actions}
-        if set(section) - dests:
-            raise SystemExit(f"{path}: {name}: unknown keys {sorted(set(section) - dests)}")
-        sp.set_defaults(**section)
-        for action in sp._actions:
-            if action.required and action.dest in section:
-                action.required = False
-
-
-def parsers(prog: str) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The CLI's parser and its subcommands' parsers ({"labels", "train"})."""
-    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
-    lab = sub.add_parser("labels")
-    lab.add_argument("--target", default="assets/target")
-    lab.add_argument("--dflash", default="assets/drafters/dflash")
-    lab.add_argument("--prompts", required=True)
-    lab.add_argument("--out", required=True)
-    lab.add_argument("--sizes", default="14,15,16,17,18")
-    lab.add_argument("--skip", type=int, default=0)
-    lab.add_argument("--limit", type=int, default=0)
-    lab.add_argument("--max-new-tokens", type=int, default=64)
-    lab.add_argument("--temperature", type=float, default=0.0)
-    lab.add_argument("--batch-size", type=int, default=16)
-    lab.add_argument("--cost-prompts", type=int, default=8)
-    lab.add_argument("--seed", type=int, default=0)
-    tr = sub.add_parser("train")
-    tr.add_argument("--target", default="assets/target")
-    tr.add_argument("--labels", required=True)
-    tr.add_argument("--eval-labels", required=True)
-    tr.add_argument("--features", default="topk", choices=("topk", "full"))
-    tr.add_argument("--top-k", type=int, default=32)
-    tr.add_argument("--metric", default="speed", choices=("tau", "speed"))
-    tr.add_argument("--costs", default="", help="step costs JSON {\"step_ms\": {size: ms}} for --metric "
-                    "speed (e.g. priced for a TPU); default: each label folder's measured costs.json")
-    tr.add_argument("--loss", default="ce", choices=("ce", "regret"))
-    tr.add_argument("--width", type=int, default=256)
-    tr.add_argument("--steps", type=int, default=400)
-    tr.add_argument("--lr", type=float, default=1e-3)
-    tr.add_argument("--dropout", type=float, default=0.2)
-    tr.add_argument("--seed", type=int, default=0)
-    tr.add_argument("--run-dir", default="runs/dflash_blockpilot")
-    tr.add_argument("--out", default="", help="the drafter folder; default: <run>/export")
-    tr.add_argument("--dflash-dir", default="../dflash")
-    return p, {"labels": lab, "train": tr}
-
-
-def main(argv=None, prog: str = "python -m train.blockpilot") -> None:
-    p, subparsers = parsers(prog)
+def main(argv=None, prog: str | None = None) -> None:
+    p, subparsers = parsers(prog or (f"python -m {__spec__.name}" if __spec__ else None), __doc__.split("\n")[0])
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default="")
     known, rest = pre.parse_known_args(argv)

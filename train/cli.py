@@ -5,8 +5,9 @@
     specblock-train blockpilot {labels,train} [--config configs/drafters/blockpilot.yaml] [...]
 
 Every run goes through the one trainer (`specblock_jax.trainer.trainer.train`). `target` runs
-`train.train_target` (the target's task, `specblock_jax.trainer.target_task`); `blockpilot` runs
-`train.blockpilot` (its labels, and its policy's registered task, with their options as they are).
+`train.train_target` (the target's task, `specblock_jax.trainer.target_task`); a kind that names
+its own training command (`DrafterKind.train_command`: `blockpilot` runs `train.blockpilot`, its
+labels and its policy's registered task) runs it with its options as they are.
 Any other kind is a drafter kind with a training task in the drafter registry
 (`specblock_jax.drafters.registry`). For a drafter kind the config is the YAML
 merged over `CLI_DEFAULTS`, `trainer.TRAINER_DEFAULTS` (configs/drafters/README.md lists them) and
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -225,12 +227,19 @@ def regen_chat_format(regen_dir: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()).get("chat") if path.exists() else None
 
 
+def own_command(name: str):
+    """The module of this package that trains kind `name` (its `DrafterKind.train_command`), or
+    None for the target, an unknown name or a kind trained from a YAML config."""
+    if name not in registry.kinds() or registry.get(name).train_command is None:
+        return None
+    return importlib.import_module(f"{__package__}.{registry.get(name).train_command}")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["blockpilot"]:  # BlockPilot's labels and policy: train/blockpilot.py's CLI
-        from . import blockpilot
-
-        blockpilot.main(argv[1:], prog="specblock-train blockpilot")
+    command = own_command(argv[0]) if argv else None
+    if command is not None:  # a kind trained by its own command (BlockPilot: train/blockpilot.py)
+        command.main(argv[1:], prog=f"specblock-train {argv[0]}")
         return
     kinds = ["target", *registry.kinds(trainable=True)]
     parser = argparse.ArgumentParser(

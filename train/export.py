@@ -20,14 +20,14 @@ import sys
 from pathlib import Path
 
 import specblock_jax as sbj
-from specblock_jax.drafters.hf_format import FORMATS
+from specblock_jax.drafters import hf_format
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="specblock-export", description=__doc__.split("\n\n")[0])
     p.add_argument("drafter", type=Path, help="drafter folder (ours or a serving engine's layout)")
     p.add_argument("out", type=Path, help="output folder")
-    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument("--format", required=True, choices=hf_format.formats())
     p.add_argument("--target", default="assets/target", help="the target's HF folder (default %(default)s)")
     p.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32", "float16"))
     p.add_argument("--verifier", default="", help="speculators: the target's name or path for vLLM")
@@ -38,9 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         drafter, params = sbj.load_drafter(args.drafter, target, dtype="float32")
         meta = json.loads((args.drafter / "config.json").read_text())
-        chat = meta.get("chat") or (meta.get("specblock") or {}).get("chat")
+        chat = meta.get("chat") or (meta.get(hf_format.NATIVE) or {}).get("chat")
         engine = {"chat": chat}
-        if args.format != "specblock":
+        if args.format != hf_format.NATIVE:
             engine.update(max_positions=target.config.max_position_embeddings,
                           verifier=args.verifier or str(args.target),
                           verifier_architectures=(target.config.to_hf()["architectures"][0],))

@@ -12,11 +12,10 @@ train/blockpilot.py."""
 from specblock_jax.drafters.blockpilot import _convert
 from specblock_jax.drafters.blockpilot._command import (apply_config, label_source, parsers, summarise,
                                                         training_block_size)
-from specblock_jax.drafters.blockpilot._labels import read_labels
+from specblock_jax.drafters.blockpilot._labels import oracle_labels, oracle_table, read_labels
 from specblock_jax.drafters.blockpilot._model import (BlockPilotDrafter, PolicyConfig, choose, features,
                                                       init_policy, load_blockpilot, save_blockpilot)
-from specblock_jax.drafters.blockpilot._labels import oracle_labels, oracle_table, read_labels
-from specblock_jax.drafters.blockpilot._train import BlockPilotTask, BlockPilotTrainConfig, prefill_features, PolicyData, prefill_features
+from specblock_jax.drafters.blockpilot._train import BlockPilotTask, BlockPilotTrainConfig, PolicyData, prefill_features
 from specblock_jax.drafters.dflash import KIND as DFLASH
 from specblock_jax.drafters.registry import DrafterKind, register
 
