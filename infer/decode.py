@@ -219,7 +219,8 @@ def make_adapter(method: str, served: methods.Method, settings: str):
     """An Adapter for a resolved drafter method, or a clear exit for one that cannot adapt."""
     from specblock_jax.adaptation import AdaptConfig, Adapter
 
-    if served.drafter is None or served.auto is not None:
+    kind = None if served.drafter is None else sbj.drafters.registry.kind_of(served.drafter.drafter, required=False)
+    if served.auto is not None or kind is None or kind.objective is None:
         raise SystemExit(f"adaptation: method {method!r} has no trainable drafter")
     try:
         return Adapter(served.drafter, AdaptConfig.parse(settings))

@@ -169,7 +169,7 @@ import jax
 import specblock_jax as sbj
 {extra}
 target = sbj.load_target({target!r})
-res = sbj.generate(target, [[5, 6, 7, 8, 9, 10]], drafter=None, temperature=0.0, max_new_tokens=12)
+res = sbj.generate(target, [[5, 6, 7, 8, 9, 10]], max_new_tokens=12)
 print(json.dumps({{"backend": jax.default_backend(), "tokens": [int(t) for t in res[0].token_ids]}}))
 """
 

@@ -251,11 +251,6 @@ def test_rounds_tell_the_adapter_and_auto_nothing_of_later_rounds(monkeypatch):
     before = dict(vars(auto))
     seen = []
 
-    def fake_generate(target, prompts, adapter=None, **kw):
-        seen.append((len(prompts), True, adapter is held))
-        return []
-
-    monkeypatch.setattr(auto, "generate", fake_generate)
     served = bench.Method("auto:m", PL, auto)
     monkeypatch.setattr(served, "generate", lambda target, prompts, adapter=None, **kw: (
         seen.append((len(prompts), served.auto is auto, adapter is held)) or []))

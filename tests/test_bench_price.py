@@ -77,13 +77,13 @@ def test_pricer_compiles_each_shape_once_and_prices_by_the_roofline(monkeypatch)
                      ("load_target_config", lambda t: t), ("price_method", fake)):
         monkeypatch.setattr(aot, name, fn)
     pricer = Pricer(PriceSpec.parse("v5e:2x2,qwen3-8b", 512, 64))
-    row = pricer.row("prompt_lookup", 2.5, 4)
+    row = pricer.row(Method("prompt_lookup", PL), 2.5, 4)
     assert row["priced_step_ms"] == pytest.approx(3.0) and row["priced_speedup"] == pytest.approx(2.5 * 2 / 3)
     assert row["priced_draft_ms_per_token"] is None  # update's counts are unknown: not priced
-    assert pricer.row("prompt_lookup", 1.5, 4)["priced_speedup"] == pytest.approx(1.5 * 2 / 3)
-    assert pricer.row(None, 1.0, 4) == {"priced_step_ms": pytest.approx(2.0), "priced_speedup": 1.0,
+    assert pricer.row(Method("prompt_lookup", PL), 1.5, 4)["priced_speedup"] == pytest.approx(1.5 * 2 / 3)
+    assert pricer.row(Method("ar", None), 1.0, 4) == {"priced_step_ms": pytest.approx(2.0), "priced_speedup": 1.0,
                                         "priced_draft_ms_per_token": None}
-    pricer.row("prompt_lookup", 2.0, 8)  # another batch is another compile
+    pricer.row(Method("prompt_lookup", PL), 2.0, 8)  # another batch is another compile
     assert calls == [("ar", None, 4), ("prompt_lookup", 8, 4), ("ar", None, 8), ("prompt_lookup", 8, 8)]
 
 
@@ -135,17 +135,17 @@ def test_a_price_cache_is_reused_by_a_later_pricer_on_the_same_code_and_missed_o
         monkeypatch.setattr(aot, name, fn)
     spec = PriceSpec.parse("v5e:2x2,qwen3-8b", 512, 64)
     first = Pricer(spec, tmp_path)
-    row = first.row("prompt_lookup", 2.0, 4)
+    row = first.row(Method("prompt_lookup", PL), 2.0, 4)
     assert calls == ["ar", "prompt_lookup"] and set(first.sources.values()) == {"compiled"}
     again = Pricer(spec, tmp_path)
-    assert again.row("prompt_lookup", 2.0, 4) == row and calls == ["ar", "prompt_lookup"]  # nothing compiled
+    assert again.row(Method("prompt_lookup", PL), 2.0, 4) == row and calls == ["ar", "prompt_lookup"]  # nothing compiled
     assert all(v.startswith("cache ") for v in again.sources.values()) and len(again.sources) == 2
     assert len(list(tmp_path.glob("*.json"))) == 2
     other_batch = Pricer(spec, tmp_path)
-    other_batch.row("prompt_lookup", 2.0, 8)
+    other_batch.row(Method("prompt_lookup", PL), 2.0, 8)
     assert calls == ["ar", "prompt_lookup"] * 2  # another batch is another entry
     monkeypatch.setattr(bench_price, "code_digest", lambda: "other code")
-    Pricer(spec, tmp_path).row("prompt_lookup", 2.0, 4)
+    Pricer(spec, tmp_path).row(Method("prompt_lookup", PL), 2.0, 4)
     assert calls == ["ar", "prompt_lookup"] * 3  # the library changed: compiled again
 
 

@@ -93,8 +93,8 @@ def test_the_shipped_blockpilot_v5p_drafter_is_lossless(shipped):
     lines = (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:3]
     prompts = [json.loads(x)["prompt"] for x in lines]
     ar = sbj.generate(target, prompts, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=4))
-    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(*loaded), max_new_tokens=12,
-                        options=sbj.DecodeOptions(batch_size=4))
+    spec = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(*loaded), max_new_tokens=12,
+                                       options=sbj.DecodeOptions(batch_size=4))
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
     assert all(s.stats.route["group"] in (4, 5, 6, 7, 8) for s in spec)
 

@@ -82,14 +82,16 @@ def test_prompt_lookup_method_gives_the_same_greedy_output(tiny_ckpt, tmp_path):
     assert ar == pl
 
 
-def test_bad_arguments_are_clear_errors(tmp_path, tiny_ckpt):
-    with pytest.raises(SystemExit, match="prompt file not found"):
+def test_bad_arguments_are_clear_errors(tmp_path, tiny_ckpt, capsys):
+    with pytest.raises(SystemExit) as exit_:
         decode.main(["--target", str(tiny_ckpt), "--prompts", str(tmp_path / "none.jsonl"),
                      "--out", str(tmp_path / "o.jsonl")])
+    assert exit_.value.code == 2 and "no such prompt file" in capsys.readouterr().err
     (tmp_path / "p.jsonl").write_text('{"id": 1, "prompt": "x"}\n')
-    with pytest.raises(SystemExit, match="expected one of"):
+    with pytest.raises(SystemExit) as exit_:
         decode.main(["--target", str(tiny_ckpt), "--prompts", str(tmp_path / "p.jsonl"),
                      "--out", str(tmp_path / "o.jsonl"), "--method", "medusa"])
+    assert exit_.value.code == 2 and "expected one of" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -143,7 +145,7 @@ def test_a_drafter_folder_is_a_method(tiny_ckpt, tmp_path):
         assert [r["token_ids"] for r in a] == [r["token_ids"] for r in b]
 
 
-def test_method_overrides_parse_and_reach_the_drafter(tiny_ckpt):
+def test_method_overrides_parse_and_reach_the_drafter(tiny_ckpt, capsys):
     assert methods.parse_method("prompt_lookup:num_nodes=5:max_ngram=2") == (
         "prompt_lookup", {"num_nodes": 5, "max_ngram": 2})
     assert methods.parse_method("d:rank_tree=false:scale=0.5:name=x") == (
@@ -156,8 +158,10 @@ def test_method_overrides_parse_and_reach_the_drafter(tiny_ckpt):
         methods.resolve_method("prompt_lookup:nodes=5", target)
     with pytest.raises(ValueError, match="ar takes no settings"):
         methods.check_method("ar:x=1")
-    with pytest.raises(SystemExit, match="--method: method 'ar:x=1': ar takes no settings"):
+    with pytest.raises(SystemExit) as exit_:
         decode.cli_method("ar:x=1")
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip() == "specblock-decode: error: --method: method 'ar:x=1': ar takes no settings"
 
 
 @pytest.mark.slow

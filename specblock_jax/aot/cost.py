@@ -39,7 +39,14 @@ def lower_compile(fn: Callable, static: tuple, args: Sequence[Any], donate: Sequ
     t0 = time.perf_counter()
     n = len(static)
     jitted = jax.jit(fn, static_argnums=tuple(range(n)), donate_argnums=tuple(n + i for i in donate))
-    compiled = jitted.lower(*static, *args).compile()
+    # a topology's executables cannot be loaded back on this host: keep them out of the persistent
+    # compilation cache (its reads would fail with a warning for each phase)
+    enabled = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    try:
+        compiled = jitted.lower(*static, *args).compile()
+    finally:
+        jax.config.update("jax_enable_compilation_cache", enabled)
     return compiled, time.perf_counter() - t0
 
 
