@@ -396,8 +396,9 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="specblock-bench", description=__doc__.split("\n")[0])
     p.add_argument("--prompts", type=Path, required=True)
-    p.add_argument("--methods", default="ar,prompt_lookup",
-                   help="comma list; ar (target-only, the speedup baseline) is always added")
+    p.add_argument("--methods", default=",".join(("ar", *weightless_kinds())),
+                   help="comma list of ar, drafter kinds with no folder and drafter folders (default "
+                        "%(default)s); ar (target-only, the speedup baseline) is always added")
     p.add_argument("--out-dir", type=Path, required=True)
     p.add_argument("--target", default=DEFAULT_TARGET)
     p.add_argument("--temperatures", default="0", help="comma list, e.g. 0,1")
@@ -581,7 +582,8 @@ def own_command(args) -> str:
     same = [f"--{k.replace('_', '-')} {getattr(args, k)}" for k in ("temperatures", "batch_size", "max_new_tokens")
             if getattr(args, k) != getattr(defaults, k)]
     return " ".join(["specblock-bench --target /path/to/hf_model --prompts your_prompts.jsonl",
-                     "--methods ar,prompt_lookup,/path/to/drafter", *same, "--out-dir your_bench"])
+                     f"--methods {','.join(('ar', *weightless_kinds()))},/path/to/drafter", *same,
+                     "--out-dir your_bench"])
 
 
 if __name__ == "__main__":

@@ -184,7 +184,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--random-target", action="store_true",
                    help="use a randomly initialised tiny Qwen3 with the shipped tokenizer (smoke tests)")
     p.add_argument("--method", default="ar",
-                   help="ar | prompt_lookup | a trained drafter folder (default %(default)s)")
+                   help=" | ".join(("ar", *methods.weightless_kinds(), "a trained drafter folder"))
+                        + " (default %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="default per record")
     p.add_argument("--temperature", type=float, default=0.0, help="default per record; 0 = greedy")
     p.add_argument("--top-k", type=int, default=0)

@@ -59,7 +59,7 @@ def test_a_bare_string_is_one_prompt_and_an_empty_list_gives_no_results(target):
 
 
 def test_generate_takes_a_loaded_drafter_or_none(target):
-    with pytest.raises(TypeError, match=r"drafter: expected a LoadedDrafter or None \(got str\)"):
+    with pytest.raises(TypeError, match=r"drafter: expected a LoadedDrafter or None \(got str\); sbj.load_drafter"):
         sbj.generate(target, "x", "prompt_lookup")
     lookup = sbj.load_drafter("prompt_lookup", target, num_nodes=4)
     assert lookup.drafter.num_nodes == 4 and lookup.params == ()

@@ -38,7 +38,7 @@ def generate(target: Target, prompts: str | Sequence[str] | Sequence[Sequence[in
     """
     if drafter is not None and not isinstance(drafter, LoadedDrafter):
         raise TypeError(f"drafter: expected a LoadedDrafter or None (got {type(drafter).__name__}); "
-                        "sbj.load_drafter(folder or 'prompt_lookup', target) returns one")
+                        "sbj.load_drafter(a drafter folder or a kind without one, target) returns one")
     if adapter is not None:
         if drafter is None or drafter.drafter is not adapter.drafter:
             raise ValueError("adapter: pass the drafter the adapter was built for as `drafter`")
