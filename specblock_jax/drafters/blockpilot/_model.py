@@ -129,7 +129,7 @@ class BlockPilotDrafter:
     kind: ClassVar[str] = "blockpilot"
     dflash: DFlashDrafter
     policy: PolicyConfig
-    policy_graphdef: nnx.GraphDef
+    policy_graphdef: nnx.GraphDef = dataclasses.field(repr=False)  # not printed
     masked: bool = False  # True: one loop at max(sizes), smaller sizes masked (no routing)
     # routed at batch > 1: True serves each batch of similar-length requests at its rows' largest
     # chosen size (`pack`), so batches stay full; False splits batches by size, each request at

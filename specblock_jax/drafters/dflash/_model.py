@@ -177,7 +177,7 @@ class DFlashDrafter:
 
     kind: ClassVar[str] = "dflash"
     config: DFlashConfig
-    graphdef: nnx.GraphDef
+    graphdef: nnx.GraphDef = dataclasses.field(repr=False)  # the model's structure: not printed
     block_size: int = 16
     draft_mode: str = "auto"
     draft_temperature: float = 1.0

@@ -104,7 +104,7 @@ class Eagle3Drafter:
 
     kind: ClassVar[str] = "eagle3"
     config: Eagle3Config
-    graphdef: nnx.GraphDef
+    graphdef: nnx.GraphDef = dataclasses.field(repr=False)  # the model's structure: not printed
     num_nodes: int = 16
     top_k: int = 4
     depth: int = 5

@@ -219,7 +219,7 @@ class SpecBlockDrafter(SpecBlockDecoding):
 
     kind: ClassVar[str] = "specblock"
     config: SpecBlockConfig
-    graphdef: nnx.GraphDef
+    graphdef: nnx.GraphDef = dataclasses.field(repr=False)  # the model's structure: not printed
 
     @property
     def tree(self) -> RankTreeSettings:
