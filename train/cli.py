@@ -49,7 +49,7 @@ from specblock_jax import parallel, read_prompts
 from specblock_jax.training.regen_dataset import BatchIterator, build_tfds
 from specblock_jax.drafters import draft_vocab, registry
 from specblock_jax.drafters.io import record_chat
-from specblock_jax.trainer.trainer import TRAINER_DEFAULTS, tau_evaluator, train
+from specblock_jax.trainer.trainer import TRAINER_DEFAULTS, OutDirError, check_out_dir, tau_evaluator, train
 
 from . import train_target
 
@@ -152,6 +152,7 @@ def train_drafter(kind: str, cfg: dict[str, Any], mesh: Any = None) -> dict[str,
     if builder is None:
         raise ValueError(f"drafter kind {kind!r} has no training task (trainable: {registry.kinds(trainable=True)})")
     cfg = resolve_paths(cfg, kind)
+    check_out_dir(cfg["out_dir"], cfg["run_dir"], bool(cfg.get("overwrite")))  # before loading anything
     run_keys = {*CLI_DEFAULTS, *TRAINER_DEFAULTS, "kind", "run_dir", "out_dir"}
     settings = {k: v for k, v in cfg.items() if k not in run_keys}
     target = sbj.load_target(cfg["target_dir"], dtype=cfg["target_dtype"] or None)
@@ -274,7 +275,11 @@ def main(argv: list[str] | None = None) -> None:
         cfg = load_drafter_config(args.config, args.overrides, kind_defaults(args.kind))
     except ValueError as e:
         parser.error(str(e))
-    summary = train_drafter(args.kind, cfg, mesh=mesh)
+    try:
+        summary = train_drafter(args.kind, cfg, mesh=mesh)
+    except OutDirError as e:
+        print(f"specblock-train: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     print(json.dumps({k: summary.get(k) for k in ("steps", "stop_reason", "eval_tau_mean",
                                                   "eval_tau_median", "out_dir")}))
 
