@@ -163,8 +163,8 @@ def run_decode() -> dict:
     graphdef, pparams = init_policy(policy, seed=3)
     pilot = sbj.LoadedDrafter(BlockPilotDrafter(DFlashDrafter(dflash.config, dflash.graphdef, block_size=4), policy,
                                                 graphdef), {"dflash": df_params, "policy": pparams})
-    methods = {"ar": None, "prompt_lookup": "prompt_lookup", "eagle3": eagle, "specblock": specblock,
-               "blockpilot": pilot}
+    methods = {"ar": None, "prompt_lookup": sbj.load_drafter("prompt_lookup", tgt), "eagle3": eagle,
+               "specblock": specblock, "blockpilot": pilot}
     # greedy: every method's output is the target's own (the lossless tests prove it on one device),
     # so each mesh run is compared with target-only decoding on one device. (BlockPilot serves all
     # sizes in one masked loop under a mesh, where one device routes each request to its size.)

@@ -44,7 +44,7 @@ def chat_target(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_regenerate_train_export_and_finetune_a_chat_drafter(chat_target, tmp_path):
+def test_regenerate_train_export_and_finetune_a_chat_drafter(chat_target, tmp_path, capsys):
     convs = tmp_path / "chats.jsonl"
     convs.write_text("".join(json.dumps(c) + "\n" for c in CONVERSATIONS))
     regen = tmp_path / "regen"
@@ -90,9 +90,10 @@ def test_regenerate_train_export_and_finetune_a_chat_drafter(chat_target, tmp_pa
     answer = json.loads((tmp_path / "ans.jsonl").read_text())
     prompt = chat.generation_prompt(tok, [{"role": "user", "content": "hello world"}], fmt)
     assert answer["token_ids"] == sbj.generate(target, [prompt], max_new_tokens=6)[0].token_ids
-    with pytest.raises(SystemExit, match="chat format mismatch in enable_thinking"):
+    with pytest.raises(SystemExit) as exit_:
         decode.main(["--prompts", str(ask), "--out", str(tmp_path / "no.jsonl"), "--target", str(chat_target),
                      "--method", str(out), "--thinking", "on"])
+    assert exit_.value.code == 2 and "chat format mismatch in enable_thinking" in capsys.readouterr().err
 
     sbj.save_drafter(drafter, params, tmp_path / "spec", dtype="float32", format="speculators",
                      max_positions=target.config.max_position_embeddings, chat=recorded)
