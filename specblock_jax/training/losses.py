@@ -1,7 +1,7 @@
 """Loss building blocks shared by the drafters' offline training and serving-time adaptation.
 
 Each drafter kind's own loss (EAGLE-3's training-time test, SpecBlock's blocks, DFlash's anchored
-blocks) runs its model in its `drafters/<kind>_train.py`; the pieces here are model-free:
+blocks) runs its model in its `drafters/<kind>/_train.py`; the pieces here are model-free:
 
     shift(x, s)                   x[:, t + s] at index t: the label s positions ahead
     label_logits(tokens, V)       committed tokens as one-hot "target logits" [B, T, V]

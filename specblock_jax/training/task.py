@@ -3,7 +3,7 @@ settings.
 
 Everything the trainer trains is a `TrainTask`: the target itself (`training.target_task`), each
 drafter kind (EAGLE-3, SpecBlock, DFlash: `drafters.base.DrafterTask`, whose trained drafter also decodes, for
-the tau evaluation) and BlockPilot's policy (`drafters.blockpilot_train`). A drafter kind names
+the tau evaluation) and BlockPilot's policy (`drafters/blockpilot/_train.py`). A drafter kind names
 its task's builder as the `task` of its registry entry (`specblock_jax.drafters.registry`):
 
     @dataclasses.dataclass(frozen=True)

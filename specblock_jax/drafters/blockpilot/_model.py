@@ -8,7 +8,7 @@ at temperature 1):
 standardised with the training set's mean and std (stored with the policy). The policy is an MLP
 Linear(F -> W) -> ReLU -> [Linear(W -> W) + residual -> ReLU] -> Linear(W -> C) over the C
 candidate sizes (`sizes`, e.g. 14..18), trained with cross-entropy on oracle labels
-(`blockpilot_train.BlockPilotTask`, which registers the kind). With `residual` "post_relu" the
+(`_train.BlockPilotTask`, the kind's training task). With `residual` "post_relu" the
 middle block is [ReLU(Linear(W -> W)) + residual], as in BlockPilot's released MLP
 (drafters/blockpilot/_released.py).
 
