@@ -9,7 +9,7 @@ The L decoder layers are one stacked module (every weight has a leading [L] axis
 `jax.lax.scan`, so compilation does not grow with depth (`ModelConfig.scan_unroll` unrolls it in
 cacheless forwards, `cache_scan_unroll` in forwards with a cache); the KV cache is
 stacked the same way ([L, B, K, S, D], kv heads before slots) and rides in the scan's carry, each layer writing its new
-entries in place (benchmarks/scan_layers/ measures compile time and decode speed).
+entries in place (docs/findings.md, scan_layers: compile time and decode speed measured).
 """
 
 from __future__ import annotations

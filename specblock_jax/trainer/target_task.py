@@ -77,7 +77,7 @@ def target_settings(cfg: Mapping[str, Any]) -> TargetTrainConfig:
 def model_config(s: TargetTrainConfig) -> ModelConfig:
     """The Qwen3 `ModelConfig` of the settings (tied embeddings, specials 0/1/2, fp32). The train
     step runs the layers fully unrolled: 4% faster per step than the rolled scan on v2
-    (benchmarks/scan_layers/), and its compile time is paid once; forwards with a KV cache
+    (docs/findings.md, scan_layers), and its compile time is paid once; forwards with a KV cache
     (decoding) keep the rolled scan (`cache_scan_unroll` 1)."""
     return ModelConfig(
         family="qwen3", vocab_size=s.vocab_size, hidden_size=s.hidden_size,
