@@ -105,12 +105,15 @@ def test_update_appends_the_context_a_prefill_would_give(target, task, params):
 
 @pytest.mark.slow
 def test_greedy_dflash_decoding_equals_autoregressive(target, task, params):
-    """Greedy and auto drafts, two block sizes, batch 1 and 4: output == target-only output."""
+    """Greedy and auto drafts, block sizes below, at and above the training block (4): 3, 4 and 6
+    (a size above it runs as the drafter allows, issue 58), batch 1, 2 and 4: output == target-only
+    output."""
     dparams = task.decoding_drafter(params)[1]
     rng = np.random.default_rng(3)
     prompts = [rng.integers(0, V, rng.integers(1, 17)).tolist() for _ in range(12)]
     ar = sbj.generate(target, prompts, max_new_tokens=20, options=sbj.DecodeOptions(batch_size=4))
-    for mode, size, batch in (("greedy", 4, 4), ("auto", 3, 1)):
+    assert task.config.block_size == 4
+    for mode, size, batch in (("greedy", 4, 4), ("auto", 3, 1), ("greedy", 6, 2)):
         d = DFlashDrafter(task.config, task.graphdef, block_size=size, draft_mode=mode)
         spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(d, dparams), max_new_tokens=20,
                             options=sbj.DecodeOptions(batch_size=batch))
