@@ -94,8 +94,8 @@ class _Chain:
     def loop(self, target_only: bool) -> DecodeLoop:
         cfg = self.variant.cfg
         return make_loop(graphdef=abstract_target(cfg)[0], cfg=cfg,
-                        drafter=None if target_only else self.variant.drafter,
-                        cache_len=self.cache_len, max_new=self.max_new, greedy=True)
+                         drafter=None if target_only else self.variant.drafter,
+                         cache_len=self.cache_len, max_new=self.max_new, greedy=True)
 
     def step(self, name: str, fn, args: tuple, donate: tuple = (), target_only: bool = False):
         """Compiles phase `name` on `args`; its abstract outputs, or a _Failed for dependents

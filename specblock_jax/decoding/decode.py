@@ -18,13 +18,13 @@ import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.job import MAX_STOP_TOKENS, JobSettings, Request, held
-from specblock_jax.models.kv_cache import cache_length, length_bucket
 from specblock_jax.decoding.loop import DecodeLoop, decode_loop, make_loop
 from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
 from specblock_jax.decoding.refill import Finished, Stream, pack_rows, pow2_at_least
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
 from specblock_jax.decoding.step_profile import draft_seconds_per_step, step_profile
 from specblock_jax.drafters.base import LoadedDrafter
+from specblock_jax.models.kv_cache import cache_length, length_bucket
 from specblock_jax.models.target import Target
 from specblock_jax.parallel.decoding import DecodeLayout, run_sharded
 
@@ -90,8 +90,8 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
         inputs = pack_rows([r.tokens for r in rows], [r.budget for r in rows], [r.temperature for r in rows],
                            [r.key for r in rows], bucket, base_key, options.top_k, options.top_p, stop_arr)
         loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d,
-                        cache_len=cache_length(bucket, max_new, 0 if d is None else d.num_nodes), max_new=max_new,
-                        greedy=greedy, collect=adapter is not None)
+                         cache_len=cache_length(bucket, max_new, 0 if d is None else d.num_nodes), max_new=max_new,
+                         greedy=greedy, collect=adapter is not None)
         loop_dparams = adapter.params if adapter is not None else dparams
         if layout is None:
             exe, compile_s = compiled(decode_loop, (loop,), params, loop_dparams, inputs,
@@ -136,8 +136,8 @@ def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -
     bucket = length_bucket(max(len(r.tokens) for r in requests))
     max_new = max(r.budget for r in requests)
     loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d, cache_len=cache_length(bucket, max_new, n),
-                    max_new=max_new, greedy=all(r.temperature <= 0 for r in requests),
-                    collect=adapter is not None, hist_size=bucket + max_new + n)
+                     max_new=max_new, greedy=all(r.temperature <= 0 for r in requests),
+                     collect=adapter is not None, hist_size=bucket + max_new + n)
     stream = Stream(loop, target.params, dparams, batch_size=bsz, top_k=options.top_k, top_p=options.top_p,
                     stop_ids=_stop_array(options), base_key=jax.random.key(options.seed), bucket=length_bucket,
                     wake_rows=options.refill_rows)

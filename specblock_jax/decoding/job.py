@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple, Sequence
 
-from specblock_jax.decoding.options import DecodeOptions
 from specblock_jax import checks
+from specblock_jax.decoding.options import DecodeOptions
 from specblock_jax.decoding.sampling import Sampling
 from specblock_jax.models.target import Target
 from specblock_jax.training.prompts import encode_prompts
@@ -123,8 +123,7 @@ def make_requests(target: Target, prompts: Sequence[str | Sequence[int]], *, max
     if len(key_ids) != len(ids):
         raise ValueError(f"key_index: got {len(key_ids)} values for {len(ids)} prompts")
     for i, toks in enumerate(ids):
-        try:
-            checks.temperature(temps[i])
+        try:  # (temperatures were checked by `Sampling`)
             checks.max_new_tokens(budget[i])
         except ValueError as e:
             raise ValueError(f"prompt {i}: {e}") from None

@@ -28,7 +28,7 @@ def median_step_profile(target, drafter, drafter_params, token_lists: Sequence[S
         tokens = np.zeros((1, bucket), np.int32)
         tokens[0, :len(toks)] = toks
         loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
-                        cache_len=cache_length(bucket, max_new, n), max_new=max_new, greedy=True)
+                         cache_len=cache_length(bucket, max_new, n), max_new=max_new, greedy=True)
         per.append(step_profile(loop, target.params, drafter_params,
                                 default_inputs(tokens, [len(toks)], max_new=max_new), reps=reps))
     keys = [k for k in per[0] if k.endswith("_ms")]
