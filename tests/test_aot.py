@@ -249,3 +249,34 @@ def test_negative_compiler_estimate_is_labelled_and_priced_by_the_roofline():
     assert "| 2.000 | no estimate |" in row
     ok = {**rec, "optimal_seconds": 0.0021}
     assert "| 2.000 | 2.100 |" in report.markdown_table([{**result, "phases": {"target_step": ok}}])
+
+
+@needs_libtpu
+@pytest.mark.parametrize("method", ["specblock", "eagle3"])
+def test_drafter_input_projections_and_kv_cache_split_over_model(method):
+    """Issue 57: at Qwen3-8B shapes on a v5e:2x2 mesh (model = 4), the drafters' input projections
+    (fc; SpecBlock's fuse and shift) and the drafter KV cache in the loop state hold a quarter of
+    their bytes per device (they were replicated), while the batch split stays."""
+    from specblock_jax.aot import phases
+    from specblock_jax.decoding.loop import make_loop
+    from specblock_jax.models.kv_cache import cache_length
+    from specblock_jax.models.target import abstract_target
+
+    cfg = aot.load_target_config("qwen3-8b")
+    drafter, dparams = aot.released_drafter(method, cfg)
+    plan = ShardingPlan(topology.topology_mesh(aot.get_topology("v5e:2x2"), "data=1,model=4"))
+    sh = plan.param_shardings(dparams)
+    names = ["fc", "fuse", "shift"] if method == "specblock" else ["fc"]
+    for name in names:
+        w = dparams["draft"][name]
+        assert shard_bytes(w, sh["draft"][name]) == w.size * w.dtype.itemsize // 4, name
+    graphdef, params = abstract_target(cfg)
+    loop = make_loop(graphdef=graphdef, cfg=cfg, drafter=drafter, cache_len=cache_length(256, 64, drafter.num_nodes),
+                     max_new=64, greedy=True)
+    inputs = phases.abstract_inputs(plan, 1, 256)
+    state = jax.eval_shape(lambda p, d, i: phases.prefill(loop, plan, p, d, i), params, dparams, inputs)
+    cache = state.drafter.cache
+    cache_sh = phases.state_shardings(plan, state, 1).drafter.cache
+    total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
+    assert shard_bytes(cache, cache_sh) == total // 4
+    assert all(s.spec == P(None, "model", None, None) for s in jax.tree.leaves(cache_sh))

@@ -92,15 +92,22 @@ def abstract_inputs(plan: ShardingPlan, batch: int, prompt: int) -> LoopInputs:
 
 def state_shardings(plan: ShardingPlan, state, batch: int):
     """Shardings of a loop state (`loop.start`'s outputs) by the decoding plan's rules: the
-    target's KV cache by `cache_shardings` ([L, B, K, S, D] batch over "data", kv heads over
-    "model"), every other [B, ...] leaf over "data", the rest replicated."""
+    target's KV cache and the drafter state's `cache` by `cache_shardings` (batch over "data", kv
+    heads over "model"), every other [B, ...] leaf over "data", the rest replicated."""
     def leaf(x):
         if x.ndim and x.shape[0] == batch:
             return plan.batch_sharding(x.ndim, batch)
         return plan.replicated()
 
-    return state._replace(**{f: (plan.cache_shardings(v) if isinstance(v, KVCache) else jax.tree.map(leaf, v))
-                             for f, v in state._asdict().items() if v is not None})
+    def field(name, v):
+        if isinstance(v, KVCache):
+            return plan.cache_shardings(v)
+        out = jax.tree.map(leaf, v)
+        if name == "drafter" and getattr(v, "cache", None) is not None:
+            out = out._replace(cache=plan.cache_shardings(v.cache))
+        return out
+
+    return state._replace(**{f: field(f, v) for f, v in state._asdict().items() if v is not None})
 
 
 def with_shardings(tree, shardings):

@@ -30,6 +30,7 @@ from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
+from specblock_jax.parallel.activation import constrain_drafter_state
 from specblock_jax.trees.tree import DraftTree, ancestor_mask, check_tree, depths
 from specblock_jax.trees.verify import VerifyResult, verify_greedy, verify_sampling
 
@@ -156,6 +157,7 @@ class SpeculativeLoop:
                       tuple(drafter.hidden_ids))
         dstate = drafter.init_state(drafter_params, Prefill(tokens, lengths, pre.hidden, pre.logits, pre.first),
                                     self.cache_len)
+        dstate = constrain_drafter_state(dstate)  # its KV cache split as the target's, under a mesh
         history = jnp.zeros((b, hist_size), jnp.int32).at[:, :p].set(tokens)
         history = write_rows(history, pre.first[:, None], lengths)
         feats = None
@@ -185,7 +187,7 @@ class SpeculativeLoop:
         if self.collect:  # the accepted path's hidden states, at the root's history position onward
             path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
             feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, s.history.shape[1]))
-        dstate = drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden)
+        dstate = constrain_drafter_state(drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden))
         return s._replace(step=s.step + active, root=c.result.bonus, generated=c.generated, out=c.out,
                           done=c.done, stopped=c.stopped, cache=c.cache, history=c.history,
                           hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, features=feats)

@@ -54,3 +54,12 @@ def constrain_cache(cache: Any) -> Any:
     if plan is None:
         return cache
     return jax.lax.with_sharding_constraint(cache, plan.cache_shardings(cache))
+
+
+def constrain_drafter_state(state: Any) -> Any:
+    """A drafter state whose `cache` field (per layer (k, v) [B, K, S, D], or one (k, v)) is laid
+    out as the target's cache: batch over "data", kv heads over "model" (unchanged without a plan
+    or a `cache` field)."""
+    if _ACTIVE.get() is None or getattr(state, "cache", None) is None:
+        return state
+    return state._replace(cache=constrain_cache(state.cache))

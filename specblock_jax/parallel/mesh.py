@@ -11,6 +11,7 @@ Logical axes name what a dimension *is*; `LOGICAL_TO_MESH` says which mesh axis 
     embed     -> data    (the hidden dimension of *parameters*: FSDP; only when fsdp=True)
     vocab, heads, kv_heads, mlp -> model   (tensor parallelism, Megatron style: column-parallel
                                             q/k/v/gate/up, row-parallel o/down, vocab-split head)
+    hidden_out -> model  (the output hidden of a drafter's input projection: fc, fuse, shift)
     head_dim, seq, layers, anything else -> replicated
 A dimension is split only when its size divides by the mesh axis size (else it is replicated:
 e.g. 2 kv heads on a 4-way model axis), and an FSDP split is skipped for parameters smaller than
@@ -23,8 +24,10 @@ optimizer states, whose paths end with the parameter's path, get the same shardi
 parameter); unmatched leaves (norm weights, scalars) are replicated.
 
 Weight layouts (models/layers.py): q_proj [H, N, D], k/v_proj [H, K, D], o_proj [N, D, H],
-gate/up [H, F], down [F, H], embed_tokens [V, H], lm_head [H, V]; the EAGLE-3 drafter's fc
-[3H, H] and its layer's projections follow the same names; DFlash's params hold the target's
+gate/up [H, F], down [F, H], embed_tokens [V, H], lm_head [H, V]; the drafters' layers use the
+same names, their input projections fc [nH, H], fuse [3H, H] and shift [L-1, 2H, H] are split
+column-parallel; drafter KV caches ([B, K, S, D] per layer, the drafter state's `cache` field)
+split like the target's: batch over "data", kv heads over "model"; DFlash's params hold the target's
 embedding and LM head as "embed" [V, H] and "head" [H, V] (vocab-split like the target's: the
 Qwen3-8B head is 1.24 GB in bf16).
 """
@@ -52,17 +55,22 @@ PARAM_RULES: tuple[tuple[str, tuple[str | None, ...]], ...] = (
     (r"(^|/)(k_bias|v_bias)$", ("kv_heads", "head_dim")),
     (r"(^|/)(gate_proj|up_proj)$", ("embed", "mlp")),
     (r"(^|/)down_proj$", ("mlp", "embed")),
-    (r"(^|/)fc$", ("embed", None)),
+    # drafters' input projections, column-parallel (output hidden over "model"): EAGLE-3's and
+    # DFlash's fc [nH, H] (target features -> H), SpecBlock's fc, fuse [3H, H] and per-layer shift
+    # [L-1, 2H, H]. Split by rows (the 3H input) they would straddle the H-row blocks the
+    # factored fuse slices, so each slice would move between chips.
+    (r"(^|/)(fc|fuse)$", ("embed", "hidden_out")),
+    (r"(^|/)shift$", ("layers", "embed", "hidden_out")),
 )
 
 # Activations and caches (logical axes per dimension, used by `constrain` / the plan's helpers).
 KV_CACHE_AXES = ("layers", "batch", "kv_heads", "seq", "head_dim")  # [L, B, K, S, D] for all layers
-DRAFT_CACHE_AXES = ("batch", "kv_heads", "seq", "head_dim")  # [B, K, S, D]: one drafter layer
+DRAFT_CACHE_AXES = ("batch", "kv_heads", "seq", "head_dim")  # [B, K, S, D]: one drafter layer's k or v
 TOKENS_AXES = ("batch", "seq")  # [B, T] token ids, masks, decode outputs
 
 LOGICAL_TO_MESH: dict[str, str | None] = {
     "batch": "data", "embed": "data", "vocab": "model", "heads": "model", "kv_heads": "model",
-    "mlp": "model", "head_dim": None, "seq": None, "layers": None,
+    "mlp": "model", "hidden_out": "model", "head_dim": None, "seq": None, "layers": None,
 }
 
 
