@@ -190,3 +190,28 @@ def test_calibration_times_each_setting_and_picks_the_fastest(target, task):
     assert all(r["draft_ms_per_token"] > 0 and r["tau"] >= 1 for r in out["table"])
     with pytest.raises(ValueError, match="knobs are"):  # a DFlash knob on an EAGLE-3 drafter
         calibrate(target, bundle, [[1, 2, 3]], {"block_size": (4,)})
+
+
+def test_paper_baseline_preset_loads_by_name_and_stays_lossless(target, tmp_path):
+    """Issue 57: the EAGLE-3 paper's baseline tree (depth 7 after the first forward = 8 levels here,
+    top-k 10, 60 drafted tokens + the root) loads by name, from a folder and as a method string;
+    settings given beside it win; an unknown preset names the kind's presets; greedy output is
+    target-only's."""
+    from specblock_jax.aot.presets import released_drafter
+    from specblock_jax.serving.methods import resolve_method
+
+    task = Eagle3Task({}, target)
+    dr, dp = task.decoding_drafter(task.init_params(jax.random.key(1)))
+    save_drafter(dr, dp["draft"], tmp_path / "e3", dtype="float32")
+    d = load_drafter(tmp_path / "e3", target, preset="paper")
+    assert (d.drafter.depth, d.drafter.top_k, d.drafter.num_nodes, d.drafter.forwards_per_step) == (8, 10, 61, 8)
+    m = resolve_method(f"{tmp_path / 'e3'}:preset=paper:num_nodes=40", target)
+    assert (m.drafter.drafter.depth, m.drafter.drafter.num_nodes) == (8, 40)
+    assert released_drafter(f"{tmp_path / 'e3'}:preset=paper", target.config)[0].num_nodes == 61
+    with pytest.raises(ValueError, match="no decoding preset 'papr' .presets: paper"):
+        load_drafter(tmp_path / "e3", target, preset="papr")
+    prompts = [[0, 5, 3, 6, 5, 3, 6, 5], [0, 7, 7, 4]]
+    ref = sbj.generate(target, prompts, max_new_tokens=12)
+    deep = load_drafter(tmp_path / "e3", target, preset="paper", top_k=4)  # the tiny vocabulary has 8 tokens
+    out = sbj.generate(target, prompts, deep, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=2))
+    assert [r.token_ids for r in out] == [r.token_ids for r in ref]

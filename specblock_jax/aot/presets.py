@@ -148,7 +148,9 @@ def released_drafter(method: str, cfg: ModelConfig, nodes: int | None = None,
         return None, ()
     _, target_params = abstract_target(cfg)
     if base in registry.kinds() and registry.get(base).aot is not None:
+        kind = base
         preset = registry.get(base).aot
+        overrides = registry.get(kind).decoding_settings(overrides, method)
         if preset.model is None:  # no network (prompt lookup): its settings alone
             size = _size(preset, nodes, block)
             return preset.drafter(**{**({preset.size_knob: size} if size else {}), **overrides}), ()
@@ -160,7 +162,7 @@ def released_drafter(method: str, cfg: ModelConfig, nodes: int | None = None,
             raise ValueError(f"{base}: drafter kind {kind!r} cannot be priced (kinds: {', '.join(_folder_kinds())})")
         preset = registry.get(kind).aot
         config = config_from_meta(preset.config, meta, cfg.dtype)
-        overrides = {**meta.get("decoding", {}), **overrides}
+        overrides = {**meta.get("decoding", {}), **registry.get(kind).decoding_settings(overrides, method)}
     else:
         raise ValueError(f"method {method!r}: expected one of {methods()} or a drafter folder")
     overrides = {**preset.decoding, **overrides}

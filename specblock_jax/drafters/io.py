@@ -130,14 +130,16 @@ def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = No
                  chat: dict[str, Any] | None = None, **decoding) -> LoadedDrafter:
     """The drafter with its weights, ready for `sbj.generate(target, ..., drafter=...)`. path: a
     drafter folder, or the name of a kind with no weights ("prompt_lookup"). `decoding` overrides
-    the saved decoding settings (e.g. num_nodes=32, depth=6). `chat`: the chat format prompts are
+    the saved decoding settings (e.g. num_nodes=32, depth=6; preset="paper": a named set of
+    them, `DrafterKind.presets`). `chat`: the chat format prompts are
     served in (`ChatFormat(...).record(tokenizer)`), refused when the drafter recorded another
     (`check_chat`). A folder in a serving engine's layout (EAGLE-3, speculators, DFlash) is
     imported (`drafters/hf_format.py`). Errors name the folder or file."""
     name = str(path)
     if name in registry.kinds() and not registry.get(name).weights and not Path(name).exists():
-        drafter, params = registry.get(name).load(None, {"kind": name, "decoding": {}}, target,
-                                                  dtype or target.config.dtype, decoding)
+        kind = registry.get(name)
+        drafter, params = kind.load(None, {"kind": name, "decoding": {}}, target,
+                                    dtype or target.config.dtype, kind.decoding_settings(decoding, name))
         return LoadedDrafter(drafter, params)
     path = Path(path)
     if not path.is_dir():
@@ -157,4 +159,5 @@ def load_drafter(path: str | os.PathLike, target: Target, dtype: str | None = No
         kind = registry.get(meta.get("kind"))
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
+    decoding = kind.decoding_settings(decoding, str(path))
     return LoadedDrafter(*kind.load(path, meta, target, dtype or target.config.dtype, decoding))

@@ -124,6 +124,23 @@ class DrafterKind:
     """For a kind trained from labels its own command decodes (not from a YAML config by the one
     trainer): the module of the command-line package's train/ folder whose `main(argv, prog)`
     `specblock-train KIND ARGS` runs."""
+    presets: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    """Named decoding settings (e.g. EAGLE-3's "paper": the paper's tree), chosen with
+    `load_drafter(..., preset=NAME)` or a method's ':preset=NAME'; other settings given beside
+    it override the preset's (`decoding_settings`)."""
+
+    def decoding_settings(self, decoding: dict[str, Any], where: str = "") -> dict[str, Any]:
+        """`decoding` with a "preset" entry expanded into the preset's settings (the others
+        given win); a clear error naming the kind's presets for an unknown one."""
+        if "preset" not in decoding:
+            return dict(decoding)
+        rest = {k: v for k, v in decoding.items() if k != "preset"}
+        name = decoding["preset"]
+        if name not in self.presets:
+            have = ", ".join(sorted(self.presets)) or "none"
+            raise ValueError(f"{where + ': ' if where else ''}the {self.name} kind has no decoding preset "
+                             f"{name!r} (presets: {have})")
+        return {**self.presets[name], **rest}
 
 
 _KINDS: dict[str, DrafterKind] = {}
