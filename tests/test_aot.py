@@ -280,3 +280,24 @@ def test_drafter_input_projections_and_kv_cache_split_over_model(method):
     total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
     assert shard_bytes(cache, cache_sh) == total // 4
     assert all(s.spec == P(None, "model", None, None) for s in jax.tree.leaves(cache_sh))
+
+
+def test_forced_row_bucket_traces_one_branch_of_the_update_switch():
+    """Pricing SpecBlock's update per bucket (issue 57 item 2): under `forced_row_bucket(n)` the row
+    switch traces only the bucket holding n rows (no conditional left), and that branch computes
+    what the switch computes when the step committed n rows."""
+    from specblock_jax.drafters.common import bucket_of, forced_row_bucket, row_buckets, switch_on_rows
+
+    assert row_buckets(9) == (2, 4, 9) and [bucket_of(c, 9) for c in (1, 2, 3, 4, 5, 9)] == [2, 2, 4, 4, 9, 9]
+    x = jnp.arange(9.0)
+
+    def update(count):  # a new function per trace: JAX reuses traces of one (price_method clears them)
+        return switch_on_rows(count, 9, lambda r, v: v[:r].sum(), x)
+
+    count = jnp.asarray([1, 3])  # the batch's largest: 3 rows -> bucket 4
+    assert "cond" in str(jax.make_jaxpr(lambda c: update(c))(count))
+    with forced_row_bucket(3):
+        jaxpr = str(jax.make_jaxpr(lambda c: update(c))(count))
+        forced = update(count)
+    assert "cond" not in jaxpr
+    assert float(forced) == float(update(count)) == 6.0  # 0 + 1 + 2 + 3

@@ -39,6 +39,7 @@ from specblock_jax.aot.train import price_train_step
 from specblock_jax.aot.topology import get_topology, topology_mesh
 from specblock_jax.models.kv_cache import cache_length
 from specblock_jax.decoding.loop import DecodeLoop, make_loop
+from specblock_jax.drafters.common import forced_row_bucket
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.target import abstract_target
 from specblock_jax.parallel.mesh import ShardingPlan, mesh_str
@@ -184,7 +185,8 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
                  batch: int = 1, context: int = 2048, nodes: int | None = None, block: int | None = None,
                  *, train: bool = False, train_batch: int = 8, train_seq: int = 2048, max_new: int = 256,
                  accounting: str = "unrolled", attention: str = "full", dtype: str | None = None,
-                 phases_wanted: tuple[str, ...] | None = None, train_settings: dict | None = None) -> dict:
+                 phases_wanted: tuple[str, ...] | None = None, train_settings: dict | None = None,
+                 row_bucket: int | None = None) -> dict:
     """Prices decoding method `method` for target `target_cfg` on TPU topology `topology`.
 
     target_cfg: a preset name (`PRESETS`), an HF folder / config.json, or a ModelConfig; dtype
@@ -202,6 +204,9 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
     phases_wanted: compile only these phases (and those whose outputs they read); None = all.
     train_settings: training-config keys of the drafter's kind over the released shape's
     (`train.task_settings`), e.g. {"remat_attention": True} for SpecBlock.
+    row_bucket: an update that switches on the rows a step committed (SpecBlock's,
+    `drafters.common.switch_on_rows`) is compiled with only the bucket holding this many rows
+    (XLA prices a switch at its costliest branch); None: the switch as it runs.
 
     Returns {"target", "method", "topology", "chip", "devices", "mesh", "batch", "context",
     "nodes", "cache_len", "max_new", "accounting", "dtype", "phases": {phase: record}} with the
@@ -223,7 +228,12 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
     wanted = needed(phases_wanted)
     if drafter is None:
         wanted &= {"prefill", "target_step"}
-    done = [run_chain(v, plan, batch, context, max_new, cache_len, dparams, wanted) for v in [main, *cut]]
+    if row_bucket is not None:
+        jax.clear_caches()  # no trace of the switch may be reused for the forced bucket, nor after it
+    with forced_row_bucket(row_bucket):
+        done = [run_chain(v, plan, batch, context, max_new, cache_len, dparams, wanted) for v in [main, *cut]]
+    if row_bucket is not None:
+        jax.clear_caches()
     records = combine(done[0], done[1:], cfg.num_layers, topo.chip.hbm_bytes, accounting)
     if train or (phases_wanted and "train_step" in phases_wanted):
         records["train_step"] = price_train_step(cfg, drafter, topo, mesh, train_batch, train_seq, accounting,
@@ -232,4 +242,4 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
             "topology": topology, "chip": topo.chip.name, "devices": topo.num_devices,
             "mesh": mesh_str(plan.mesh), "batch": batch, "context": context, "nodes": n,
             "cache_len": cache_len, "max_new": max_new, "accounting": accounting, "dtype": cfg.dtype,
-            "phases": records}
+            "row_bucket": row_bucket, "phases": records}

@@ -4,6 +4,8 @@ head, loading a drafter folder's config and weights, and the prologue of their t
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -180,10 +182,34 @@ def row_buckets(rows: int) -> tuple[int, ...]:
     return tuple(out) + (rows,)
 
 
+_FORCED_BUCKET: contextvars.ContextVar[int | None] = contextvars.ContextVar("sbj_row_bucket", default=None)
+
+
+@contextlib.contextmanager
+def forced_row_bucket(count: int | None):
+    """While tracing, `switch_on_rows` runs only the bucket that holds `count` rows (None: the
+    switch). For pricing: XLA's cost analysis prices a `lax.switch` at its costliest branch, so
+    the update is priced per bucket this way (aot `price_method(row_bucket=...)`)."""
+    token = _FORCED_BUCKET.set(count)
+    try:
+        yield
+    finally:
+        _FORCED_BUCKET.reset(token)
+
+
+def bucket_of(count: int, rows: int) -> int:
+    """The bucket of `row_buckets(rows)` a step that committed `count` rows runs at."""
+    buckets = row_buckets(rows)
+    return next((b for b in buckets if b >= count), buckets[-1])
+
+
 def switch_on_rows(count: jax.Array, rows: int, fn, *operands):
     """fn(r, *operands) for the smallest bucket r of `row_buckets(rows)` that holds max(count)
     ([B] rows each sequence needs), by `lax.switch`: an `update` then runs the rows this step
-    committed instead of the most it could have. Every branch must return the same shapes."""
+    committed instead of the most it could have. Every branch must return the same shapes.
+    Under `forced_row_bucket(n)` (tracing for a price) only the bucket holding n runs."""
+    if _FORCED_BUCKET.get() is not None:
+        return fn(bucket_of(_FORCED_BUCKET.get(), rows), *operands)
     buckets = row_buckets(rows)
     index = jnp.searchsorted(jnp.asarray(buckets, jnp.int32), jnp.max(count).astype(jnp.int32))
     branches = [lambda *ops, r=r: fn(r, *ops) for r in buckets]
