@@ -128,7 +128,7 @@ def split_calibrate(method: str) -> tuple[str, bool]:
 
 def split_oracle(method: str) -> tuple[str, str | None]:
     """Strips ':oracle=LABELS_DIR' from a BlockPilot method: (the method without it, the folder of
-    labels (`specblock-train blockpilot labels`) whose best size per prompt routes each request)."""
+    labels (`specblock-train blockpilot labels`) whose best size per prompt sizes each request)."""
     base, *pairs = method.split(":")
     keep, folder = [base], None
     for pair in pairs:
@@ -143,22 +143,24 @@ def split_oracle(method: str) -> tuple[str, str | None]:
 
 
 def oracle_method(served: Method, folder: str, target, method: str) -> Method:
-    """The routing drafter of `served` with each request routed to its label's best size
-    (`specblock_jax.drafters.blockpilot._labels.oracle_table`: measured speed, ties to the training
-    block size)."""
+    """The BlockPilot drafter of `served` with each request given its label's best size in place of
+    the policy's choice (`specblock_jax.drafters.blockpilot._labels.oracle_table`: measured speed,
+    ties to the training block size), served as the policy is (per-row sizes in one loop)."""
+    import dataclasses
+
     from specblock_jax.training.prompts import encode_prompts
-    from specblock_jax.serving.routed import TableRoutes, is_routing
+    from specblock_jax.drafters.blockpilot import BlockPilotDrafter
     from specblock_jax.drafters.blockpilot._labels import oracle_table
 
     inner, params = served.drafter if served.drafter is not None else (None, ())
-    if not is_routing(inner) or served.auto is not None:
-        raise SystemExit(f"--methods: {method!r}: oracle= routes a BlockPilot drafter; this one does not route")
+    if not isinstance(inner, BlockPilotDrafter) or served.auto is not None:
+        raise SystemExit(f"--methods: {method!r}: oracle= sizes a BlockPilot drafter; this one is not one")
     try:
         table = oracle_table(Path(folder), lambda texts: encode_prompts(target, texts), inner.policy.sizes,
                               inner.dflash.config.block_size)
     except (OSError, ValueError, KeyError) as e:
         raise SystemExit(f"--methods: {method!r}: {e}") from None
-    return Method(method, sbj.LoadedDrafter(TableRoutes(inner, table, name=f"oracle={folder}"), params))
+    return Method(method, sbj.LoadedDrafter(dataclasses.replace(inner, oracle=table), params))
 
 
 def profile_summary(results) -> dict:

@@ -167,7 +167,8 @@ def run_decode() -> dict:
                "specblock": specblock, "blockpilot": pilot}
     # greedy: every method's output is the target's own (the lossless tests prove it on one device),
     # so each mesh run is compared with target-only decoding on one device. (BlockPilot serves all
-    # sizes in one masked loop under a mesh, where one device routes each request to its size.)
+    # sizes in one masked loop at max(sizes) under a mesh; on one device each batch's loop runs at
+    # its rows' largest size.)
     ar = [r.token_ids for r in sbj.generate(tgt, prompts, **kw, options=sbj.DecodeOptions(batch_size=4))]
     out = {"ref_lengths": [len(t) for t in ar], "meshes": {}}
     for name, spec in MESHES.items():

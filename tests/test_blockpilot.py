@@ -52,67 +52,153 @@ def _prompts():
     return [rng.integers(0, V, rng.integers(2, 15)).tolist() for _ in range(10)]
 
 
-@pytest.mark.slow
-def test_masked_mixed_block_sizes_in_one_batch_equal_each_sequence_alone(target, pilot):
-    """The one-loop path (mesh, adaptation, masked=True): rows of different sizes in one batch."""
-    task, drafter, params = pilot
-    drafter = dataclasses.replace(drafter, masked=True)
-    prompts = _prompts()
+def _chosen(target, drafter, params, prompts) -> list[int]:
+    """The policy's size for each prompt, from the target's logits after it (alone, unpadded)."""
     logits = jnp.stack([sbj.forward(target, [p])[0, -1] for p in prompts])
-    chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits))
-    assert len(set(chosen.tolist())) >= 2  # the batch really mixes sizes
-    # sampled: same random streams per prompt, so a mixed batch must give each row's tokens exactly
+    return np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits)).tolist()
+
+
+@pytest.mark.slow
+def test_rows_decode_at_their_own_sizes_in_one_batch_token_identical_to_target_only(target, pilot):
+    """generate at batch 8, rows of mixed chosen sizes: greedy output is target-only decoding's;
+    each row reports its chosen size and drafts exactly as a DFlash drafter whose static block is
+    that size (its tokens and tau, so its tree size, are that drafter's)."""
+    task, drafter, params = pilot
+    prompts = _prompts()[:8]
+    chosen = _chosen(target, drafter, params, prompts)
+    assert len(set(chosen)) >= 2  # the batch really mixes sizes
+    opts = sbj.DecodeOptions(batch_size=8)
+    spec = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=16, options=opts)
+    ar = sbj.generate(target, prompts, max_new_tokens=16, options=opts)
+    assert [r.token_ids for r in spec] == [a.token_ids for a in ar]
+    assert [r.stats.block_size for r in spec] == chosen
+    assert {r.stats.batch for r in spec} == {0}  # one batch
+    for size in sorted(set(chosen)):
+        rows = [i for i in range(len(prompts)) if chosen[i] == size]
+        fixed = DFlashDrafter(task.config, task.graphdef, block_size=size)
+        res = sbj.generate(target, [prompts[i] for i in rows], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
+                           max_new_tokens=16, options=opts)
+        assert [r.token_ids for r in res] == [spec[i].token_ids for i in rows]
+        assert [r.stats.tau for r in res] == [spec[i].stats.tau for i in rows], size
+
+
+@pytest.mark.slow
+def test_a_prompt_chooses_and_samples_the_same_alone_and_in_a_batch_of_8(target, pilot):
+    """The policy's choice (stats.block_size) for a prompt decoded alone equals its choice in a
+    batch of 8 (padded to the batch's width) and the policy on its unpadded logits; sampled, each
+    row's tokens and tau in the mixed batch are those it gets alone (same key stream), so a row
+    follows the target's distribution as its own-size DFlash drafter does."""
+    _, drafter, params = pilot
+    prompts = _prompts()[:8]
+    chosen = _chosen(target, drafter, params, prompts)
+    assert len(set(chosen)) >= 2
+    loaded = sbj.LoadedDrafter(drafter, params)
     kw = dict(sampling=sbj.Sampling(1.0), max_new_tokens=16, seed=2)
-    mixed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), **kw,
-                         options=sbj.DecodeOptions(batch_size=len(prompts)))
-    alone = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), **kw,
-                         options=sbj.DecodeOptions(batch_size=1))
+    mixed = sbj.generate(target, prompts, drafter=loaded, **kw, options=sbj.DecodeOptions(batch_size=8))
+    alone = sbj.generate(target, prompts, drafter=loaded, **kw, options=sbj.DecodeOptions(batch_size=1))
+    assert [r.stats.block_size for r in mixed] == [r.stats.block_size for r in alone] == chosen
     for m, a in zip(mixed, alone):
         assert m.token_ids == a.token_ids and m.stats.tau == a.stats.tau
-    # greedy: each row drafts exactly as a DFlash drafter whose static block is that row's size
-    mixed = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=16,
-                         options=sbj.DecodeOptions(batch_size=len(prompts)))
-    size = max(set(chosen.tolist()), key=chosen.tolist().count)  # the largest group
-    rows = [i for i in range(len(prompts)) if chosen[i] == size]
-    fixed = DFlashDrafter(task.config, task.graphdef, block_size=int(size))
-    res = sbj.generate(target, [prompts[i] for i in rows], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
-                       max_new_tokens=16, options=sbj.DecodeOptions(batch_size=len(prompts)))
-    assert [r.stats.tau for r in res] == [mixed[i].stats.tau for i in rows]
-    assert [r.token_ids for r in res] == [mixed[i].token_ids for i in rows]
+
+
+class _Spy:
+    """Records each executable `decode` runs: (function name, the loop drafter's static size)."""
+
+    def __init__(self, monkeypatch):
+        import specblock_jax.decoding.decode as decode_module
+        import specblock_jax.decoding.refill as refill_module
+
+        self.calls: list[tuple[str, int | None]] = []
+        real = decode_module.compiled
+
+        def spy(fn, static, *args, **kw):
+            exe, seconds = real(fn, static, *args, **kw)
+            loop = next((s for s in static if hasattr(s, "drafter")), None)
+            size = None if loop is None or loop.drafter is None else loop.drafter.num_nodes
+
+            def run(*a):
+                self.calls.append((getattr(fn, "__qualname__", fn.__name__), size))
+                return exe(*a)
+            return run, seconds
+
+        monkeypatch.setattr(decode_module, "compiled", spy)
+        monkeypatch.setattr(refill_module, "compiled", spy)
 
 
 @pytest.mark.slow
-def test_routed_requests_draft_exactly_their_size_and_equal_decoding_alone(target, pilot):
-    """Served by generate with pack=false, each request is routed to its chosen size and decoded by
-    a DFlash drafter of that block size: its tokens and tau (so its tree size) are those it gets
-    decoded alone by that drafter, greedy and sampled; greedy output is the target's; a warm job
-    compiles nothing."""
-    from specblock_jax.decoding.compiled import compilation_count
+def test_one_prefill_per_batch_no_second_prefill(target, pilot, monkeypatch):
+    """Static batches: each batch runs its prefill once (the loop's start, where the policy
+    chooses) and then its decoding steps, nothing else; no routing prefill. A row's target
+    forwards are that one prefill plus its decoding steps."""
+    _, drafter, params = pilot
+    rng = np.random.default_rng(11)
+    prompts = _prompts() + [rng.integers(0, V, rng.integers(2, 15)).tolist() for _ in range(6)]
+    spy = _Spy(monkeypatch)
+    res = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=12,
+                       options=sbj.DecodeOptions(batch_size=8, refill=False))
+    names = [name for name, _ in spy.calls]
+    assert names == ["SpeculativeLoop.start", "finish_loop"] * 2  # 16 prompts, 2 batches: 2 prefills
+    for batch in (0, 1):  # the batch's longest row: 1 prefill + every decoding step the batch ran
+        rows = [r for r in res if r.stats.batch == batch]
+        assert max(r.stats.target_forwards for r in rows) == 1 + rows[0].stats.batch_steps
+    # continuous batching: one prefill per request (the first batch's, then one insert per refill)
+    spy.calls.clear()
+    res = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=12,
+                       options=sbj.DecodeOptions(batch_size=8, refill=True))
+    starts = [name for name, _ in spy.calls if name in ("SpeculativeLoop.start", "insert_rows")]
+    assert starts[0] == "SpeculativeLoop.start" and len(starts) <= 1 + len(prompts) - 8
+    ar = sbj.generate(target, prompts, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=8))
+    assert [r.token_ids for r in res] == [a.token_ids for a in ar]
 
-    task, drafter, params = pilot
-    drafter = dataclasses.replace(drafter, pack=False)
-    prompts = _prompts()
-    logits = jnp.stack([sbj.forward(target, [p])[0, -1] for p in prompts])
-    chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, logits)).tolist()
-    assert len(set(chosen)) >= 2
-    outputs = []
-    for kw in (dict(max_new_tokens=16), dict(sampling=sbj.Sampling(1.0), max_new_tokens=16, seed=2)):
-        routed = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(drafter, params), **kw,
-                                             options=sbj.DecodeOptions(batch_size=4))
-        outputs.append([r.token_ids for r in routed])
-        assert [r.stats.route["group"] for r in routed] == [r.stats.route["chosen"] for r in routed] == chosen
-        assert [r.index for r in routed] == list(range(len(prompts)))
-        for i, p in enumerate(prompts):
-            fixed = DFlashDrafter(task.config, task.graphdef, block_size=chosen[i])
-            alone = sbj.generate(target, [p], drafter=sbj.LoadedDrafter(fixed, params["dflash"]), **kw,
-                                 options=sbj.DecodeOptions(batch_size=1, key_index=[i]))[0]
-            assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau, i
-    ar = sbj.generate(target, prompts, max_new_tokens=16, options=sbj.DecodeOptions(batch_size=4))
-    assert outputs[0] == [a.token_ids for a in ar]
-    before = compilation_count()  # warm: a new job with other prompts compiles nothing
-    sbj.serving.generate_routed(target, prompts[::-1], sbj.LoadedDrafter(drafter, params), max_new_tokens=16,
-                                options=sbj.DecodeOptions(batch_size=4))
+
+@pytest.mark.slow
+def test_a_batch_compiles_one_loop_at_its_rows_largest_size(target, pilot, monkeypatch):
+    """A batch whose rows chose two sizes {a, b} compiles its prefill and one loop, at max(a, b)
+    (below max(sizes) when the batch's rows all chose less); a warm job compiles nothing."""
+    from specblock_jax.decoding.compiled import compilation_count, on_compile
+
+    _, drafter, params = pilot
+    rng = np.random.default_rng(3)
+    pool = [rng.integers(0, V, rng.integers(2, 15)).tolist() for _ in range(60)]
+    chosen = _chosen(target, drafter, params, pool)
+    counts = {s: chosen.count(s) for s in SIZES}
+    pair = [s for s in SIZES if counts[s] >= 4][:2]  # the two smallest sizes with 4 prompts each
+    assert len(pair) == 2, counts
+    prompts = [p for p, c in zip(pool, chosen) if c == pair[0]][:4] + [p for p, c in zip(pool, chosen) if c == pair[1]][:4]
+    spy = _Spy(monkeypatch)
+    described: list[str] = []
+    before = compilation_count()
+    with on_compile(described.append):
+        res = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=11,
+                           options=sbj.DecodeOptions(batch_size=8))
+    assert sorted({r.stats.block_size for r in res}) == pair
+    assert compilation_count() - before == 2, described  # the prefill and one loop
+    assert [d.split(",")[0] for d in described] == ["blockpilot SpeculativeLoop.start", "blockpilot finish_loop"]
+    assert spy.calls[-1] == ("finish_loop", max(pair))
+    before = compilation_count()  # warm: other prompts of the same sizes compile nothing
+    sbj.generate(target, prompts[::-1], drafter=sbj.LoadedDrafter(drafter, params), max_new_tokens=11,
+                 options=sbj.DecodeOptions(batch_size=8))
     assert compilation_count() == before
+
+
+@pytest.mark.slow
+def test_a_refilled_stream_runs_each_segment_at_its_live_rows_largest_size(target, pilot, monkeypatch):
+    """Continuous batching: after each refill the stream's loop runs at the largest size its live
+    rows chose, so a refilled request drafts at its own size (its tokens and tau as alone)."""
+    _, drafter, params = pilot
+    prompts = _prompts()
+    chosen = _chosen(target, drafter, params, prompts)
+    spy = _Spy(monkeypatch)
+    loaded = sbj.LoadedDrafter(drafter, params)
+    budgets = [4 + 3 * (i % 4) for i in range(len(prompts))]
+    res = sbj.generate(target, prompts, drafter=loaded, max_new_tokens=budgets,
+                       options=sbj.DecodeOptions(batch_size=2, refill=True))
+    assert [r.stats.block_size for r in res] == chosen
+    sizes = {size for name, size in spy.calls if name == "SpeculativeLoop.run"}
+    assert sizes <= set(SIZES) and len(sizes) >= 2
+    alone = sbj.generate(target, prompts, drafter=loaded, max_new_tokens=budgets, options=sbj.DecodeOptions(batch_size=1))
+    for r, a in zip(res, alone):
+        assert r.token_ids == a.token_ids and r.stats.tau == a.stats.tau
 
 
 def test_key_index_makes_a_split_job_sample_as_the_whole(target):
@@ -236,6 +322,9 @@ def test_specblock_train_blockpilot_train_makes_a_drafter_from_label_folders(tmp
     assert report["train"]["mean_tau_oracle"] == pytest.approx(np.mean([2.0, 2.5, 3.0, 2.0, 2.5, 3.0]))
     summary = json.loads((tmp_path / "runs" / "topk_speed_ce" / "summary.json").read_text())
     assert summary["steps"] == 30 and summary["train"] == report["train"]
+    from specblock_jax.drafters.blockpilot._model import file_sha256
+    meta = json.loads((out / "config.json").read_text())  # paired with the labels' DFlash drafter
+    assert meta["labels_dflash_sha256"] == file_sha256(dflash / "model.safetensors")
     target = sbj.load_target(root / "assets" / "target")
     drafter, params = sbj.load_drafter(out, target)
     assert isinstance(drafter, BlockPilotDrafter) and drafter.policy.sizes == (4, 6, 8)
@@ -327,63 +416,70 @@ def test_blockpilot_configs_set_only_known_keys(path, tmp_path):
 
 
 @pytest.mark.slow
-def test_packed_batches_are_served_at_their_rows_largest_size_and_stay_full(target, pilot):
-    """Routed at batch > 1 (pack, the default): prompts in chunks of the batch size by length (as
-    decode batches them), each chunk served at its rows' largest chosen size; so no group holds a
-    part-filled batch but the last, each request's output is what its served size gives it alone,
-    and greedy output is the target's. At batch 1 packing changes nothing."""
-    from specblock_jax.serving.routed import pack_groups
-
-    assert pack_groups([2, 4, 3, 2, 2], [5, 1, 3, 2, 4], 2, max) == [2, 4, 3, 4, 3]
-    assert pack_groups([2, 4, 3], [1, 2, 3], 2, lambda g: None) == [2, 4, 3]
+def test_an_oracle_gives_each_prompt_its_size_in_place_of_the_policy(target, pilot):
+    """`oracle` (specblock-bench's :oracle=LABELS): each prompt decodes at the size its table entry
+    names, in one batch, as it does alone with a DFlash drafter of that size; a prompt missing
+    from the table is an error."""
     task, drafter, params = pilot
-    prompts = _prompts()
-    chosen = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy,
-                               jnp.stack([sbj.forward(target, [p])[0, -1] for p in prompts]))).tolist()
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-    want = list(chosen)
-    for start in range(0, len(order), 2):
-        for i in order[start:start + 2]:
-            want[i] = max(chosen[j] for j in order[start:start + 2])
-    assert want != chosen  # the test's prompts do pack
-    routed = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(drafter, params), max_new_tokens=12,
-                                         options=sbj.DecodeOptions(batch_size=2))
-    assert [r.stats.route["chosen"] for r in routed] == chosen
-    assert [r.stats.route["group"] for r in routed] == want
-    assert all(want.count(size) % 2 == 0 for size in set(want))  # 10 prompts: every group's batches full
-    for i in range(len(prompts)):
-        fixed = DFlashDrafter(task.config, task.graphdef, block_size=want[i])
-        alone = sbj.generate(target, [prompts[i]], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
-                             max_new_tokens=12, options=sbj.DecodeOptions(key_index=[i]))[0]
-        assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau, i
-    one = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(drafter, params), max_new_tokens=4,
-                                      options=sbj.DecodeOptions(batch_size=1))
-    assert [r.stats.route["group"] for r in one] == chosen
-
-
-def test_table_routes_send_each_prompt_to_its_given_size(target, pilot):
-    """A per-request oracle (TableRoutes): each prompt decodes at the size its table entry names,
-    as it does alone with a DFlash drafter of that size; a prompt missing from the table is an error."""
-    from specblock_jax.serving.routed import TableRoutes
-
-    task, drafter, params = pilot
-    prompts = _prompts()
+    prompts = _prompts()[:8]
     given = [SIZES[i % len(SIZES)] for i in range(len(prompts))]
-    oracle = TableRoutes(dataclasses.replace(drafter, pack=False), {tuple(p): s for p, s in zip(prompts, given)},
-                         name="oracle")
-    routed = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(oracle, params), max_new_tokens=12,
-                                         options=sbj.DecodeOptions(batch_size=4))
-    assert [r.stats.route["group"] for r in routed] == given
+    oracle = dataclasses.replace(drafter, oracle={tuple(p): s for p, s in zip(prompts, given)})
+    assert oracle == drafter  # the table is not part of the compiled loops' key
+    res = sbj.generate(target, prompts, drafter=sbj.LoadedDrafter(oracle, params), max_new_tokens=12,
+                       options=sbj.DecodeOptions(batch_size=8))
+    assert [r.stats.block_size for r in res] == given
     for i in (0, 1, 2):
         fixed = DFlashDrafter(task.config, task.graphdef, block_size=given[i])
         alone = sbj.generate(target, [prompts[i]], drafter=sbj.LoadedDrafter(fixed, params["dflash"]),
                              max_new_tokens=12)[0]
-        assert routed[i].token_ids == alone.token_ids and routed[i].stats.tau == alone.stats.tau
-    with pytest.raises(ValueError, match="oracle: prompt 0 .* no entry in the route table"):
-        sbj.serving.generate_routed(target, [[1, 2, 3, 4, 5, 6, 7, 0, 0, 1, 1, 1, 1, 1, 1, 1]],
-                                    sbj.LoadedDrafter(oracle, params))
-    with pytest.raises(ValueError, match="only for a routing drafter"):
-        TableRoutes(drafter.dflash, {})
+        assert res[i].token_ids == alone.token_ids and res[i].stats.tau == alone.stats.tau
+    with pytest.raises(ValueError, match="oracle: prompt 0 .* no entry in the oracle's table"):
+        sbj.generate(target, [[1, 2, 3, 4, 5, 6, 7, 0, 0, 1, 1, 1, 1, 1, 1, 1]], drafter=sbj.LoadedDrafter(oracle, params))
+
+
+def test_a_policy_loads_only_with_the_dflash_drafter_its_labels_came_from(target, pilot, tmp_path):
+    """save_blockpilot(labels_dflash=) records the SHA-256 of the labelling DFlash drafter's
+    model.safetensors; load_blockpilot refuses a folder driving another DFlash drafter, and loads
+    a folder without the record with one warning."""
+    import warnings
+
+    from specblock_jax.drafters.blockpilot._model import file_sha256
+
+    _, drafter, params = pilot
+    save_drafter(drafter.dflash, params["dflash"]["draft"], tmp_path / "dflash", dtype="float32")
+    other = jax.tree.map(lambda x: x + 1.0, params["dflash"]["draft"])
+    save_drafter(drafter.dflash, other, tmp_path / "other", dtype="float32")
+    save_blockpilot(tmp_path / "bp", drafter.policy, params["policy"], "../dflash", labels_dflash=tmp_path / "dflash")
+    meta = json.loads((tmp_path / "bp" / "config.json").read_text())
+    assert meta["labels_dflash_sha256"] == file_sha256(tmp_path / "dflash" / "model.safetensors")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a paired folder loads without a warning
+        load_drafter(tmp_path / "bp", target)
+    save_blockpilot(tmp_path / "bad", drafter.policy, params["policy"], "../other", labels_dflash=tmp_path / "dflash")
+    with pytest.raises(ValueError, match=r"bad: its policy was trained on labels from a DFlash drafter .* but it "
+                                         r"drives .*other"):
+        load_drafter(tmp_path / "bad", target)
+    save_blockpilot(tmp_path / "old", drafter.policy, params["policy"], "../dflash")  # no record
+    with pytest.warns(UserWarning, match="labels_dflash_sha256"):
+        load_drafter(tmp_path / "old", target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per folder
+        load_drafter(tmp_path / "old", target)
+
+
+def test_retired_routing_keys_load_and_are_ignored(target, pilot, tmp_path):
+    """"masked" / "pack" (the retired routing serving's decoding keys) still load, with a
+    DeprecationWarning, and change nothing; a non-boolean value is an error."""
+    _, drafter, params = pilot
+    save_drafter(drafter.dflash, params["dflash"]["draft"], tmp_path / "dflash", dtype="float32")
+    save_blockpilot(tmp_path / "bp", drafter.policy, params["policy"], "../dflash", labels_dflash=tmp_path / "dflash")
+    plain, _ = load_drafter(tmp_path / "bp", target)
+    for key in ("masked", "pack"):
+        with pytest.warns(DeprecationWarning, match=f"decoding key '{key}' is ignored"):
+            loaded, _ = load_drafter(tmp_path / "bp", target, **{key: True})
+        assert loaded == plain
+    with pytest.raises(ValueError, match="pack must be true or false"):
+        load_drafter(tmp_path / "bp", target, pack="yes")
 
 
 def test_oracle_table_maps_each_labelled_prompt_to_its_fastest_size(tmp_path):

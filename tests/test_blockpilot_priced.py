@@ -1,6 +1,6 @@
 """BlockPilot with labels priced for v5p (benchmarks/blockpilot_priced/): the priced labels
-reproduce from the committed tau table and costs file, the shipped blockpilot-v5p policy routes a
-request to the same size alone and in a batch of 8, and its greedy output is the target's."""
+reproduce from the committed tau table and costs file, the shipped blockpilot-v5p policy gives a
+request the same size alone and in a batch of 8, and its greedy output is the target's."""
 
 from __future__ import annotations
 
@@ -71,18 +71,20 @@ def shipped():
 
 @needs_study
 def test_the_policy_picks_the_same_size_alone_and_in_a_batch_of_8(shipped):
-    """The routing path generate uses (serving/routed.py `route_prompts`: a prefill, then the
-    policy on its logits) gives each of 8 HumanEval prompts the same size one at a time as in one
-    batch of 8 (padded to one width), and the size compare.py reported for it."""
+    """generate's serving (one prefill per batch, the policy on its logits: stats.block_size)
+    gives each of 8 HumanEval prompts the same size one at a time as in one batch of 8 (padded to
+    one width), and the size compare.py reported for it."""
     from specblock_jax.training.prompts import encode_prompts
-    from specblock_jax.serving.routed import route_prompts
 
     target, (drafter, params) = shipped
     assert drafter.policy.sizes == (4, 5, 6, 7, 8)
     lines = (ROOT / "assets/prompts/humaneval.jsonl").read_text().splitlines()[:8]
     ids = encode_prompts(target, [json.loads(x)["prompt"] for x in lines])
-    alone = route_prompts(target, drafter, params, ids, batch_size=1)[0]
-    batch = route_prompts(target, drafter, params, ids, batch_size=8)[0]
+    loaded = sbj.LoadedDrafter(drafter, params)
+    alone = [r.stats.block_size for r in sbj.generate(target, ids, loaded, max_new_tokens=1,
+                                                        options=sbj.DecodeOptions(batch_size=1))]
+    batch = [r.stats.block_size for r in sbj.generate(target, ids, loaded, max_new_tokens=1,
+                                                        options=sbj.DecodeOptions(batch_size=8))]
     assert alone == batch
     assert alone == _read("results.json")["splits"]["humaneval"]["policy_size"][:8]
 
@@ -93,10 +95,10 @@ def test_the_shipped_blockpilot_v5p_drafter_is_lossless(shipped):
     lines = (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:3]
     prompts = [json.loads(x)["prompt"] for x in lines]
     ar = sbj.generate(target, prompts, max_new_tokens=12, options=sbj.DecodeOptions(batch_size=4))
-    spec = sbj.serving.generate_routed(target, prompts, sbj.LoadedDrafter(*loaded), max_new_tokens=12,
-                                       options=sbj.DecodeOptions(batch_size=4))
+    spec = sbj.generate(target, prompts, sbj.LoadedDrafter(*loaded), max_new_tokens=12,
+                        options=sbj.DecodeOptions(batch_size=4))
     assert [s.token_ids for s in spec] == [a.token_ids for a in ar]
-    assert all(s.stats.route["group"] in (4, 5, 6, 7, 8) for s in spec)
+    assert all(s.stats.block_size in (4, 5, 6, 7, 8) for s in spec)
 
 
 def test_the_v5p_config_trains_on_the_committed_priced_costs():

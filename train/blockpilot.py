@@ -46,8 +46,9 @@ from specblock_jax.training.prompts import encode_prompts
 from specblock_jax.serving.prompt_profile import median_step_profile
 from specblock_jax.training.prompts import read_prompts
 from specblock_jax.decoding.step_profile import step_ms
-from specblock_jax.drafters.blockpilot import (BlockPilotTask, PolicyData, apply_config, label_source, parsers,
-                                               prefill_features, read_labels, summarise, training_block_size)
+from specblock_jax.drafters.blockpilot import (BlockPilotTask, PolicyData, apply_config, label_dflash, label_source,
+                                               parsers, prefill_features, read_labels, summarise,
+                                               training_block_size)
 from specblock_jax.trainer.trainer import train
 
 
@@ -128,7 +129,8 @@ def train_cmd(args) -> None:
            "log_every": 1, "eval_every": 100, "ckpt_every": args.steps}
     task = BlockPilotTask(
         {"sizes": sizes["train"], "features": args.features, "top_k": args.top_k, "width": args.width,
-         "loss": args.loss, "dropout": args.dropout, "dflash_dir": args.dflash_dir},
+         "loss": args.loss, "dropout": args.dropout, "dflash_dir": args.dflash_dir,
+         "labels_dflash": str(label_dflash(Path(args.labels)))},
         target, data["train"], data["heldout"])
     summary = train(task, cfg, task.batches, task.evaluate)
     report = {"policy": summary["policy"], "metric": args.metric, "costs": args.costs or "measured", "loss": args.loss,

@@ -3,12 +3,14 @@ batch's prefill and whole decode loop in one jit (decoding/loop.py).
 
 Every sequence stops on its own (a stop token or its token budget); a static batch's loop ends
 when all its rows have stopped, a stream's rows take the next waiting request (decoding/refill.py).
-`generate` (decoding/generate.py) is the public entry; auto serving (serving/auto.py) and routing
-(serving/routed.py) call `decode` for each part of a job.
+`generate` (decoding/generate.py) is the public entry; auto serving (serving/auto.py) calls
+`decode` for each part of a job. A drafter whose rows choose a size at the prefill (BlockPilot)
+runs the prefill apart and each batch's loop at its rows' largest size (decoding/sized.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable, Sequence
 
@@ -18,10 +20,11 @@ import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.job import MAX_STOP_TOKENS, JobSettings, Request, held
-from specblock_jax.decoding.loop import DecodeLoop, decode_loop, make_loop
+from specblock_jax.decoding.loop import DecodeLoop, decode_loop, finish_loop, make_loop
 from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
-from specblock_jax.decoding.refill import Finished, Stream, pack_rows, pow2_at_least
+from specblock_jax.decoding.refill import Finished, Stream, one_more_step, pack_rows, pow2_at_least
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
+from specblock_jax.decoding.sized import is_sized, settle
 from specblock_jax.decoding.step_profile import draft_seconds_per_step, step_profile
 from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.models.kv_cache import cache_length, length_bucket
@@ -93,21 +96,29 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
                          cache_len=cache_length(bucket, max_new, 0 if d is None else d.num_nodes), max_new=max_new,
                          greedy=greedy, collect=adapter is not None)
         loop_dparams = adapter.params if adapter is not None else dparams
-        if layout is None:
-            exe, compile_s = compiled(decode_loop, (loop,), params, loop_dparams, inputs,
-                                      warm=lambda _: (params, loop_dparams, two_tokens(inputs)))
-            args = (params, loop_dparams, inputs)
+        sizes = None
+        if layout is None and is_sized(d):  # the prefill apart: its rows' sizes pick the loop (decoding/sized.py)
+            ran, sizes, loop, compile_s, wall = _start_then_finish(loop, params, loop_dparams, inputs, rows)
+            t0 = time.perf_counter()
         else:
-            args = (params, loop_dparams, layout.inputs(inputs))
-            exe, compile_s = compiled(run_sharded, (layout.plan, decode_loop, loop), *args)
-        t0 = time.perf_counter()
-        ran = exe(*args)
+            if layout is None:
+                exe, compile_s = compiled(decode_loop, (loop,), params, loop_dparams, inputs,
+                                          warm=lambda _: (params, loop_dparams, two_tokens(inputs)))
+                args = (params, loop_dparams, inputs)
+            else:
+                args = (params, loop_dparams, layout.inputs(inputs))
+                exe, compile_s = compiled(run_sharded, (layout.plan, decode_loop, loop), *args)
+            t0 = time.perf_counter()
+            ran = exe(*args)
         # the adapter's history and features stay on the device; the rest comes to the host
         if layout is None:
             host = jax.device_get(ran.without_labels())
         else:
             host = LoopOutput(*layout.outputs((ran.tokens, ran.generated, ran.stopped, ran.forwards)))
-        wall = time.perf_counter() - t0
+        if sizes is None:
+            wall = time.perf_counter() - t0
+        else:
+            wall += time.perf_counter() - t0
         call_s, prof = (None, None) if layout is not None else _profile(target, loop, dparams, adapter, inputs,
                                                                          options.profile)
         event = None
@@ -122,11 +133,29 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
             new = host.tokens[r, :host.generated[r]].tolist()
             stats = row_stats(prompt_tokens=len(requests[i].tokens), new=new, forwards=int(host.forwards[r]),
                               stopped=bool(host.stopped[r]), draft_call_s=call_s, wall=wall, compile_s=compile_s,
-                              batch_size=bsz, batch=start // bsz, event=event, batch_steps=int(np.max(host.forwards)))
+                              batch_size=bsz, batch=start // bsz, event=event, batch_steps=int(np.max(host.forwards)),
+                              block_size=None if sizes is None else int(sizes[r]))
             results[i] = _result(target, new, stats, prof, options.profile, i)
         if on_batch is not None:
             on_batch([results[i] for i in chunk])
     return results  # type: ignore[return-value]
+
+
+def _start_then_finish(loop, params, dparams, inputs: LoopInputs, rows: Sequence[Request]):
+    """A sized drafter's static batch: the prefill (the loop's start, at the drafter's largest
+    size), one host read of the rows' chosen sizes, then the decoding steps in the loop at the
+    largest of them (decoding/sized.py). Returns (the loop's output on the device, sizes [B], the
+    loop that ran, compile seconds, wall seconds so far without compilation)."""
+    start_loop = dataclasses.replace(loop, greedy=False)  # the prefill never verifies (shared with refill's)
+    exe, compile_s = compiled(type(start_loop).start, (start_loop,), params, dparams, inputs, warm=lambda args: args)
+    t0 = time.perf_counter()
+    state = exe(params, dparams, inputs)
+    state, sizes, loop = settle(loop, state, range(len(rows)), [r.tokens for r in rows], range(len(rows)))
+    running = state
+    exe, seconds = compiled(finish_loop, (loop,), params, dparams, state, inputs.stop_ids,
+                            warm=lambda _: (params, dparams, one_more_step(running), inputs.stop_ids))
+    ran = exe(params, dparams, state, inputs.stop_ids)
+    return ran, sizes, loop, compile_s + seconds, time.perf_counter() - t0 - seconds
 
 
 def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -> list[GenerationResult]:
@@ -165,7 +194,7 @@ def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -
             stats = row_stats(prompt_tokens=len(requests[f.index].tokens), new=f.tokens, forwards=f.forwards,
                               stopped=f.stopped, draft_call_s=call_s, wall=f.segment_wall_s,
                               compile_s=f.segment_compile_s, batch_size=bsz, batch=f.segment, event=event,
-                              batch_steps=f.segment_steps)
+                              batch_steps=f.segment_steps, block_size=f.block_size)
             results[f.index] = _result(target, f.tokens, stats, prof, options.profile, f.index)
         if on_batch is not None and finished:
             on_batch([results[f.index] for f in finished])
@@ -197,7 +226,7 @@ def _profile(target, loop: DecodeLoop, dparams, adapter, inputs: LoopInputs, pro
 
 def row_stats(*, prompt_tokens: int, new: list[int], forwards: int, stopped: bool, draft_call_s: float | None,
               wall: float, compile_s: float, batch_size: int, batch: int, event: dict | None,
-              batch_steps: int) -> GenerationStats:
+              batch_steps: int, block_size: int | None = None) -> GenerationStats:
     """One row's statistics. tau: tokens committed per decoding forward, bonus included (the
     prefill's token is not counted, nor is its forward); exactly 1 for autoregressive decoding.
     batch_steps: decoding steps its batch (or segment) ran."""
@@ -206,4 +235,5 @@ def row_stats(*, prompt_tokens: int, new: list[int], forwards: int, stopped: boo
         tau=(len(new) - 1) / forwards if forwards else None, finish_reason="stop" if stopped else "length",
         draft_time_s=None if draft_call_s is None else forwards * draft_call_s, total_time_s=wall,
         compile_s=compile_s, batch_size=batch_size, batch=batch, adapt=event,
-        batch_draft_time_s=None if draft_call_s is None else batch_steps * draft_call_s, batch_steps=batch_steps)
+        batch_draft_time_s=None if draft_call_s is None else batch_steps * draft_call_s, batch_steps=batch_steps,
+        block_size=block_size)

@@ -2,8 +2,8 @@
 
 It checks and encodes the prompts into `Request`s and the call's settings into `JobSettings`
 (`prepare`, decoding/job.py) and hands them to `decode` (decoding/decode.py: static batches or a
-continuous-batching stream). Auto serving (`serving.AutoServe(...).generate`) and per-request
-routing (`serving.generate_routed`) are their own entry points above this one.
+continuous-batching stream). Auto serving (`serving.AutoServe(...).generate`) is its own entry
+point above this one.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax.numpy as jnp
+
 from specblock_jax.decoding.autoregressive import TargetLoop
 from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
 from specblock_jax.decoding.speculative import SpeculativeLoop
@@ -42,3 +44,9 @@ def decode_loop(loop: DecodeLoop, params, drafter_params, inputs: LoopInputs) ->
     """The whole loop (start, run until every row is done, output) as one function of the loop:
     what `compiled` jits with the loop static."""
     return loop.decode(params, drafter_params, inputs)
+
+
+def finish_loop(loop: DecodeLoop, params, drafter_params, state, stop_ids) -> LoopOutput:
+    """The loop from a started state (run until every row is done, output): the decoding steps
+    of a batch whose prefill ran apart (decoding/sized.py)."""
+    return loop.output(loop.run(params, drafter_params, state, stop_ids, jnp.int32(0)))

@@ -6,7 +6,8 @@ soon as `wake_rows` rows are done while requests wait (1 by default: every finis
 at once; more trades idle row-steps for fewer returns and larger inserts); the host reads the
 finished rows' outputs, prefills the next requests for those rows only (`insert_rows`: a prefill
 of R rows, R a power of two, its K/V and drafter state scattered into the freed rows), and
-resumes the loop. Shapes are static: one compiled loop per stream, one insert per (R, prompt
+resumes the loop. Shapes are static: one compiled loop per stream (a drafter whose rows choose a
+size at the prefill: one per size its live rows' largest reaches, decoding/sized.py), one insert per (R, prompt
 bucket). Every row carries its own position, budget, sampling settings, PRNG key and step
 counter, so a request's output is what it would be decoded alone: greedy identical, sampled
 identical for a given seed, whatever the batching.
@@ -29,6 +30,7 @@ from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.loop import DecodeLoop
 from specblock_jax.decoding.prefill import LoopInputs
 from specblock_jax.decoding.sampling import SamplingParams
+from specblock_jax.decoding.sized import is_sized, settle
 from specblock_jax.models.kv_cache import KVCache
 
 
@@ -94,6 +96,7 @@ class Finished(NamedTuple):
     segment_wall_s: float  # that segment's wall time: insert + decoding steps (compilation excluded)
     segment_compile_s: float
     segment_steps: int  # decoding steps the segment ran
+    block_size: int | None = None  # a sized drafter's choice for it (decoding/sized.py)
 
 
 def one_more_step(state):
@@ -152,6 +155,10 @@ class Stream:
         state = exe(params, dparams, inputs)
         state = state._replace(done=state.done | (jnp.arange(self.b) >= len(take)))  # rows with no request
         holder[:len(take)] = take
+        sizes = None
+        if is_sized(loop.drafter):  # the segment's loop at its live rows' largest size (decoding/sized.py)
+            state, sizes, loop = settle(self.loop, state, range(len(take)), [r.tokens for r in take],
+                                        range(len(take)))
         while any(h is not None for h in holder):
             steps_before = np.asarray(state.step)
             wake = jnp.int32(min(self.wake_rows, len(queue)))  # 0 once the queue is empty: every row to its end
@@ -169,7 +176,8 @@ class Stream:
             stopped = np.asarray(state.stopped)[free]
             forwards = np.asarray(state.generated - 1 if loop.drafter is None else state.forwards)[free]
             finished = [Finished(holder[r].index, out[j, :generated[j]].tolist(), bool(stopped[j]),
-                                 int(forwards[j]), self.segments, wall, compile_s, steps)
+                                 int(forwards[j]), self.segments, wall, compile_s, steps,
+                                 None if sizes is None else int(sizes[r]))
                         for j, r in enumerate(free)]
             on_finished(finished, state, free)
             self.segments += 1
@@ -187,3 +195,6 @@ class Stream:
                 state = exe(params, dparams, state, rows, inputs)
                 for r, req in zip(free, take):
                     holder[r] = req
+                if sizes is not None:
+                    live = [r for r in range(self.b) if holder[r] is not None]
+                    state, sizes, loop = settle(self.loop, state, free[:len(take)], [r.tokens for r in take], live)

@@ -34,15 +34,14 @@ class GenerationStats:
     batch_draft_time_s: float | None = None
     batch_steps: int | None = None  # decoding steps (target forwards) its batch or refill segment ran
     auto: dict | None = None  # with auto serving (serving/auto.py): its chunk's decision and measurement
-    # with a routing drafter (serving/routed.py, e.g. BlockPilot): {"group" (the block size it was
-    # served at), "chosen" (the size it chose; differs when its batch was packed to a larger one),
-    # "route_s" (the group's share of the routing prefill's wall time)}
-    route: dict | None = None
+    # with a drafter whose requests each choose a size at the prefill (BlockPilot): the block size
+    # this request chose, which it drafted and verified at (decoding/sized.py)
+    block_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (without `adapt`, `step_profile`, `auto` or `route` when they are None)."""
+        """A JSON-ready dict (without `adapt`, `step_profile`, `auto` or `block_size` when they are None)."""
         out = dataclasses.asdict(self)
-        for name in ("adapt", "step_profile", "auto", "route"):
+        for name in ("adapt", "step_profile", "auto", "block_size"):
             if out[name] is None:
                 del out[name]
         return out

@@ -64,7 +64,7 @@ from typing import Any, NamedTuple, Sequence
 
 import jax
 
-from specblock_jax.decoding.decode import OnBatch
+from specblock_jax.decoding.decode import OnBatch, decode
 from specblock_jax.decoding.job import JobSettings, Request, held, prepare
 from specblock_jax.decoding.options import DEFAULTS, DecodeOptions
 from specblock_jax.decoding.results import GenerationResult
@@ -72,7 +72,6 @@ from specblock_jax.decoding.sampling import GREEDY, Sampling
 from specblock_jax.drafters import registry
 from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.models.kv_cache import MIN_BUCKET, length_bucket
-from specblock_jax.serving.routed import serve
 
 REGIMES = ("greedy", "sampled")
 
@@ -223,7 +222,7 @@ class AutoServe:
             seg_key = key if s == 0 else jax.random.fold_in(key, s)  # fresh key streams per segment
             seg = dataclasses.replace(options, seed=int(jax.random.randint(seg_key, (), 0, 2**31 - 1)), batch_size=bsz,
                                       profile="off" if (regime, option) in profiled else options.profile)
-            out = serve(target, [_continued(chunk[j], done[j], cap, k) for k, j in enumerate(todo)],
+            out = decode(target, [_continued(chunk[j], done[j], cap, k) for k, j in enumerate(todo)],
                         self.drafter_for(option), seg)
             profiled.add((regime, option))
             for j, res in zip(todo, out):

@@ -14,20 +14,17 @@ from pathlib import Path
 from typing import Any
 
 from specblock_jax.decoding.generate import generate
-from specblock_jax.decoding.options import DEFAULTS
 from specblock_jax.drafters import registry
 from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.drafters.io import load_drafter
 from specblock_jax.serving.auto import AutoServe
-from specblock_jax.serving.routed import generate_routed, is_routing
 
 
 @dataclasses.dataclass
 class Method:
     """A resolved method: the drafter that serves it (None: target-only) and, for 'auto:', the
     `AutoServe` that chooses per chunk. `generate` calls the entry point that serves it:
-    `AutoServe.generate`, `generate_routed` for a routing drafter (on one device, without an
-    adapter; otherwise the router decodes as one drafter), else `sbj.generate`."""
+    `AutoServe.generate`, else `sbj.generate`."""
 
     name: str
     drafter: LoadedDrafter | None
@@ -45,10 +42,6 @@ class Method:
             if adapter is not None:
                 raise ValueError("auto: serving-time adaptation does not combine with auto serving yet")
             return self.auto.generate(target, prompts, **settings)
-        options = settings.get("options", DEFAULTS)
-        if (self.drafter is not None and is_routing(self.drafter.drafter) and adapter is None
-                and options.mesh is None):
-            return generate_routed(target, prompts, self.drafter, **settings)
         return generate(target, prompts, self.drafter, adapter=adapter, **settings)
 
 

@@ -188,8 +188,10 @@ def verify_sampling(
     bounds the siblings tried per node (default N - 1); anc [B, N, N] the tree's ancestor mask
     when the caller has it."""
     n = tree.tokens.shape[1]
-    u = jax.vmap(lambda k: jax.random.uniform(k, (2, n)))(key)  # one draw per node and use
-    return verify_sampling_with_uniforms(tree, target_logprobs, u[:, 0], u[:, 1], max_children, anc)
+    # one draw per node and use, node-major: node j's uniforms do not depend on N, so a chain
+    # verifies alike in a loop of any static size (BlockPilot's per-batch block size)
+    u = jax.vmap(lambda k: jax.random.uniform(k, (n, 2)))(key)
+    return verify_sampling_with_uniforms(tree, target_logprobs, u[..., 0], u[..., 1], max_children, anc)
 
 
 def verify_sampling_with_uniforms(tree, target_logprobs, u_accept, u_bonus, max_children=None, anc=None):

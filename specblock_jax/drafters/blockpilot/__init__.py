@@ -1,7 +1,7 @@
 """BlockPilot: a policy MLP on the target's next-token distribution after prefill picks each
 request's DFlash block size.
 
-The kind "blockpilot": `_model.py` (features, policy, routing drafter, loader), `_train.py`
+The kind "blockpilot": `_model.py` (features, policy, the drafter with per-row sizes, loader, pairing check), `_train.py`
 (the policy's training task), `_labels.py` (per-request labels from measured tables), `_command.py`
 (the flags of its training command), `_released.py` (the public `model.pt` layout), `_convert.py`
 (`specblock-convert blockpilot`). It drives a DFlash drafter, and is priced ahead of time as that
@@ -10,8 +10,8 @@ it is a command of its own: `specblock-train blockpilot` runs the command-line p
 train/blockpilot.py."""
 
 from specblock_jax.drafters.blockpilot import _convert
-from specblock_jax.drafters.blockpilot._command import (apply_config, label_source, parsers, summarise,
-                                                        training_block_size)
+from specblock_jax.drafters.blockpilot._command import (apply_config, label_dflash, label_source, parsers,
+                                                        summarise, training_block_size)
 from specblock_jax.drafters.blockpilot._labels import oracle_labels, oracle_table, read_labels
 from specblock_jax.drafters.blockpilot._model import (BlockPilotDrafter, PolicyConfig, choose, features,
                                                       init_policy, load_blockpilot, save_blockpilot)

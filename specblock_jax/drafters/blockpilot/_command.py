@@ -23,6 +23,11 @@ def label_source(folder: Path) -> tuple[Path, int]:
     return Path(settings["prompts"]), training_block_size(settings["dflash"])
 
 
+def label_dflash(folder: Path) -> Path:
+    """The DFlash drafter folder a label folder's labels were measured with (its settings.json)."""
+    return Path(json.loads((Path(folder) / "settings.json").read_text())["dflash"])
+
+
 def summarise(folder: Path, prefer: int | None = None) -> dict:
     """A label folder's prompt and label counts per metric, mean tau per size, the oracle's."""
     out = {}

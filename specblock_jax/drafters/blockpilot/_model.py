@@ -12,17 +12,31 @@ candidate sizes (`sizes`, e.g. 14..18), trained with cross-entropy on oracle lab
 middle block is [ReLU(Linear(W -> W)) + residual], as in BlockPilot's released MLP
 (drafters/blockpilot/_released.py).
 
-`BlockPilotDrafter` wraps a `DFlashDrafter` whose static block size is max(sizes). Served by
-`sbj.generate` (one device, no adapter, `masked` False), it is a routing drafter (serving/routed.py): each request
-is routed to its chosen size after a prefill (`route`), and every size's requests are decoded by a
-DFlash drafter of exactly that block size (`for_group`), so a size-b request drafts and verifies b
-nodes. At batch > 1 (`pack`, the default) each batch of similar-length requests is served at the
-largest size its rows chose, so a job of few requests is not split into part-filled batches
-(`pack=false`: every request at exactly its own size). Inside one loop (under a mesh, with serving-time adaptation, `masked=True` (loading:
-`masked=true`), or called directly) it masks:
-`init_state` runs the policy on every row and stores the chosen sizes in the drafter state, so one
-compiled loop serves any mix of sizes at the cost of max(sizes); `propose`/`update` are the DFlash
-drafter's.
+`BlockPilotDrafter` wraps a `DFlashDrafter` whose static block size is max(sizes). Every row
+drafts and verifies at its own chosen size inside one batch: `init_state` runs the policy on the
+prefill's logits (the batch's one prefill; no second one) and stores each row's size in the
+DFlash state (`block` [B]), and the DFlash drafter masks the block slots past it (a row of size b
+drafts b - 1 tokens, a tree of b valid nodes). `sbj.generate` (decoding/sized.py) then reads the
+chosen sizes once per batch on the host and runs the batch's decoding loop compiled at the
+*largest size its rows chose* (`at_size`): a batch whose rows all chose small sizes does not pay
+for max(sizes), and a job compiles at most len(sizes) loops. With continuous batching (refill)
+the stream re-reads its live rows' sizes at every return to the host (each refill) and runs the
+next segment at their largest, so a refilled request never drafts less than it chose. Under a
+mesh the loop is one executable with the prefill inside: it runs at max(sizes), every row still
+masked to its own size. `stats.block_size` is each request's chosen size.
+
+`oracle` (measurements: `specblock-bench`'s `:oracle=LABELS`): a table prompt token ids -> size
+that replaces the policy's choice on the host after the prefill (`given_sizes`); a prompt missing
+from it is an error.
+
+Pairing: a policy is trained on labels measured with one DFlash drafter (a label folder's
+settings.json names it). `save_blockpilot(..., labels_dflash=...)` records the SHA-256 of that
+drafter's model.safetensors in config.json ("labels_dflash_sha256"); `load_blockpilot` checks it
+against the DFlash folder it drives and refuses a mismatch (a folder without the field loads,
+with a warning).
+
+Decoding keys of earlier folders: "masked" and "pack" (the retired routing serving) are read and
+ignored with a DeprecationWarning: every batch now serves per-row sizes in one loop.
 
 Folder layout (`save_blockpilot`): config.json {"kind": "blockpilot", "dflash_dir" (relative
 to the folder, or absolute), "policy": PolicyConfig} + policy.safetensors.
@@ -31,10 +45,12 @@ to the folder, or absolute), "policy": PolicyConfig} + policy.safetensors.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
-from typing import ClassVar
 import os
+import warnings
 from pathlib import Path
+from typing import ClassVar, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -42,12 +58,12 @@ import numpy as np
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
-from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.drafters.dflash._model import DFlashDrafter
 from specblock_jax.drafters.io import fill_params, flatten_params, load_drafter
 
 FEATURE_KINDS = ("topk", "full", "logits")
 RESIDUALS = ("pre_relu", "post_relu")
+RETIRED_KEYS = ("masked", "pack")  # decoding keys of the retired routing serving: read and ignored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,66 +140,95 @@ def choose(graphdef, params, c: PolicyConfig, logits: jax.Array) -> jax.Array:
 @dataclasses.dataclass(frozen=True)
 class BlockPilotDrafter:
     """DFlash drafting with a per-request block size. params = {"dflash": DFlash params,
-    "policy": policy params}. `dflash.block_size` must be max(policy.sizes)."""
+    "policy": policy params}. `dflash.block_size` must be max(policy.sizes).
+
+    size: the static block size of the loop this drafter drafts in (0: max(sizes)); rows that
+    chose less are masked to their size (`at_size`). oracle: prompt token ids -> size, given on
+    the host in place of the policy's choice (module docstring); not part of equality, so an
+    oracle shares the policy's compiled loops."""
 
     kind: ClassVar[str] = "blockpilot"
     dflash: DFlashDrafter
     policy: PolicyConfig
     policy_graphdef: nnx.GraphDef = dataclasses.field(repr=False)  # not printed
-    masked: bool = False  # True: one loop at max(sizes), smaller sizes masked (no routing)
-    # routed at batch > 1: True serves each batch of similar-length requests at its rows' largest
-    # chosen size (`pack`), so batches stay full; False splits batches by size, each request at
-    # exactly its own (a job of few requests then decodes many part-filled batches)
-    pack: bool = True
+    size: int = 0
+    oracle: Mapping[tuple[int, ...], int] | None = dataclasses.field(default=None, compare=False, hash=False,
+                                                                     repr=False)
 
     def __post_init__(self):
         if self.dflash.block_size != max(self.policy.sizes):
             raise ValueError(f"the DFlash drafter's block size {self.dflash.block_size} must be "
                              f"max(sizes) = {max(self.policy.sizes)}")
+        if self.size and self.size not in self.policy.sizes:
+            raise ValueError(f"block size {self.size} is not one of the policy's sizes {self.policy.sizes}")
 
-    num_nodes = property(lambda self: self.dflash.num_nodes)
+    @property
+    def served(self) -> DFlashDrafter:
+        """The DFlash drafter at the loop's static block size."""
+        return dataclasses.replace(self.dflash, block_size=self.size) if self.size else self.dflash
+
+    num_nodes = property(lambda self: self.served.num_nodes)
     # serving-time adaptation trains the DFlash drafter inside (adaptation/adapter.py)
     adapt_part = property(lambda self: (("dflash",), self.dflash))
     max_children = property(lambda self: self.dflash.max_children)
     hidden_ids = property(lambda self: self.dflash.hidden_ids)
     forwards_per_step = property(lambda self: self.dflash.forwards_per_step)
 
-    @property
-    def routes(self) -> bool:
-        return not self.masked
+    # -- per-row sizes chosen at the prefill (the protocol decoding/sized.py reads) --
+    def at_size(self, size: int) -> "BlockPilotDrafter":
+        """This drafter in a loop compiled at static block size `size` (rows above it draft at it)."""
+        return dataclasses.replace(self, size=int(size))
 
-    def route(self, params, logits):
-        """[B, V] the target's logits after each prompt -> [B] int32 chosen block sizes."""
-        return choose(self.policy_graphdef, params["policy"], self.policy, logits)
+    def row_sizes(self, state) -> jax.Array:
+        """[B] int32 each row's chosen block size, from the drafter state."""
+        return state.block
 
-    def pack_group(self, sizes: list[int]) -> int | None:
-        """The size a batch whose rows chose `sizes` is served at: the largest (an accelerator's
-        step costs about the same at any of the window's sizes, and no row drafts less than it
-        chose), or None with `pack` False (each request at its own size)."""
-        return max(sizes) if self.pack else None
+    def with_row_sizes(self, state, sizes: jax.Array):
+        return state._replace(block=jnp.clip(sizes.astype(jnp.int32), 1, self.dflash.block_size))
 
-    def for_group(self, params, size: int) -> LoadedDrafter:
-        """The DFlash drafter with block size `size` and its params: serves requests routed to it."""
-        if size not in self.policy.sizes:
-            raise ValueError(f"block size {size} is not one of the policy's sizes {self.policy.sizes}")
-        return LoadedDrafter(dataclasses.replace(self.dflash, block_size=int(size)), params["dflash"])
+    def given_sizes(self, ids: Sequence[Sequence[int]]) -> list[int] | None:
+        """The oracle's sizes of prompts `ids` (host), or None without an oracle (the policy chooses)."""
+        if self.oracle is None:
+            return None
+        out = []
+        for i, toks in enumerate(ids):
+            size = self.oracle.get(tuple(int(t) for t in toks))
+            if size is None:
+                raise ValueError(f"oracle: prompt {i} ({len(toks)} tokens) has no entry in the oracle's table")
+            if size not in self.policy.sizes:
+                raise ValueError(f"oracle: size {size} is not one of the policy's sizes {self.policy.sizes}")
+            out.append(int(size))
+        return out
 
     def init_state(self, params, prefill, max_len: int):
         block = choose(self.policy_graphdef, params["policy"], self.policy, prefill.logits)
         return self.dflash.init_state(params["dflash"], prefill, max_len, block=block)
 
     def propose(self, params, state, ctx, key):
-        return self.dflash.propose(params["dflash"], state, ctx, key)
+        return self.served.propose(params["dflash"], state, ctx, key)
 
     def update(self, params, state, ctx, result, hidden):
-        return self.dflash.update(params["dflash"], state, ctx, result, hidden)
+        return self.served.update(params["dflash"], state, ctx, result, hidden)
 
 
-def save_blockpilot(path: str | os.PathLike, policy: PolicyConfig, policy_params: dict, dflash_dir: str) -> Path:
-    """Writes config.json (policy settings, the DFlash folder it drives) and policy.safetensors (fp32)."""
+def file_sha256(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def save_blockpilot(path: str | os.PathLike, policy: PolicyConfig, policy_params: dict, dflash_dir: str,
+                    labels_dflash: str | os.PathLike | None = None) -> Path:
+    """Writes config.json (policy settings, the DFlash folder it drives) and policy.safetensors (fp32).
+    labels_dflash: the DFlash folder the policy's training labels were measured with; the SHA-256
+    of its model.safetensors goes into config.json ("labels_dflash_sha256", module docstring)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     meta = {"kind": BlockPilotDrafter.kind, "dflash_dir": dflash_dir, "policy": dataclasses.asdict(policy)}
+    if labels_dflash is not None:
+        meta["labels_dflash_sha256"] = file_sha256(Path(labels_dflash) / "model.safetensors")
     (path / "config.json").write_text(json.dumps(meta, indent=2))
     flat = {k: np.asarray(jax.device_get(v), np.float32) for k, v in flatten_params(policy_params).items()}
     save_file(flat, str(path / "policy.safetensors"), metadata={"format": "flax"})
@@ -199,16 +244,42 @@ def load_blockpilot(path, meta, target, dtype, decoding):
         raise ValueError(f"{path}: policy trained for vocab {policy.vocab_size}, the target has "
                          f"{target.config.vocab_size}")
     decoding = dict(decoding)
-    masked, pack = decoding.pop("masked", False), decoding.pop("pack", True)
-    for name, value in (("masked", masked), ("pack", pack)):
-        if not isinstance(value, bool):
-            raise ValueError(f"{path}: {name} must be true or false, got {value!r}")
+    for name in RETIRED_KEYS:
+        if name in decoding:
+            value = decoding.pop(name)
+            if not isinstance(value, bool):
+                raise ValueError(f"{path}: {name} must be true or false, got {value!r}")
+            warnings.warn(f"{path}: decoding key {name!r} is ignored: BlockPilot serves every row at its "
+                          "own block size in one loop (drafters/blockpilot/_model.py)", DeprecationWarning,
+                          stacklevel=2)
     dflash_dir = Path(meta["dflash_dir"])
     dflash_dir = dflash_dir if dflash_dir.is_absolute() else Path(path) / dflash_dir
+    check_pairing(path, meta, dflash_dir)
     dflash, dparams = load_drafter(dflash_dir, target, dtype, **{**decoding, "block_size": max(policy.sizes)})
     graphdef, template = nnx.split(nnx.eval_shape(lambda: PolicyMLP(policy, rngs=nnx.Rngs(0))))
     params = _load_policy(Path(path), nnx.to_pure_dict(template))
-    return BlockPilotDrafter(dflash, policy, graphdef, masked, pack), {"dflash": dparams, "policy": params}
+    return BlockPilotDrafter(dflash, policy, graphdef), {"dflash": dparams, "policy": params}
+
+
+_UNPAIRED_WARNED: set[str] = set()
+
+
+def check_pairing(path, meta: dict, dflash_dir: Path) -> None:
+    """ValueError unless the policy's labels came from the DFlash drafter in `dflash_dir`
+    (config.json "labels_dflash_sha256" == SHA-256 of its model.safetensors); a folder without
+    the field warns once per folder."""
+    want = meta.get("labels_dflash_sha256")
+    if want is None:
+        if str(path) not in _UNPAIRED_WARNED:
+            _UNPAIRED_WARNED.add(str(path))
+            warnings.warn(f"{path}: config.json does not record which DFlash drafter its policy's labels came "
+                          f"from (labels_dflash_sha256); the pairing with {dflash_dir} is unchecked", stacklevel=3)
+        return
+    got = file_sha256(dflash_dir / "model.safetensors")
+    if got != want:
+        raise ValueError(f"{path}: its policy was trained on labels from a DFlash drafter with model.safetensors "
+                         f"SHA-256 {want[:12]}..., but it drives {dflash_dir} ({got[:12]}...): retrain the "
+                         "policy on labels from this drafter, or point dflash_dir at the one it was trained with")
 
 
 def _load_policy(path: Path, template: dict) -> dict:

@@ -14,7 +14,7 @@ which weighs each mistake by what it costs (ties cost nothing). Dropout on the h
 Optimizer (the task's own): AdamW at a constant LR, on every parameter, no clipping. Evaluation:
 accuracy against the oracle labels and the mean tau of the chosen sizes, on the held-out prompts.
 Export: the BlockPilot drafter folder (`save_blockpilot`), driving the DFlash folder
-`dflash_dir`, and the full `policy_metrics` of train and held-out prompts for the summary.
+`dflash_dir` and recording the DFlash drafter its labels came from (`labels_dflash`), and the full `policy_metrics` of train and held-out prompts for the summary.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ class BlockPilotTrainConfig:
     loss: str = "ce"  # "ce" | "regret" (module docstring)
     dropout: float = 0.2
     dflash_dir: str = "../dflash"  # the DFlash folder the exported drafter drives (relative to it)
+    labels_dflash: str = ""  # the DFlash folder the labels were measured with ("": unrecorded)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +166,8 @@ class BlockPilotTask:
 
     def export(self, params, out_dir: str) -> dict[str, Any]:
         full = {**params, **self.stats}
-        save_blockpilot(out_dir, self.config, full, self.settings.dflash_dir)
+        save_blockpilot(out_dir, self.config, full, self.settings.dflash_dir,
+                        labels_dflash=self.settings.labels_dflash or None)
         report = {"policy": dataclasses.asdict(self.config),
                   "train": policy_metrics(self.graphdef, full, self.data)}
         if self.heldout is not None:
