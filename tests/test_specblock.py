@@ -381,6 +381,100 @@ def test_update_equals_the_training_forward_at_the_committed_positions(target, t
                                       np.asarray(jnp.argmax(model.rank_logits(want, logits), -1)))
 
 
+def test_a_layer_with_query_rows_writes_the_same_kv_and_gives_the_full_output_at_those_rows(task):
+    """DecoderLayer(query_rows=...): the K/V written are bit-for-bit the full pass's; the output is
+    the full output at the chosen rows (per row of the batch)."""
+    model = nnx.merge(task.graphdef, task.init_params(jax.random.key(8)))
+    layer, c = model.layers[-1], task.config
+    b, t, size = 2, 12, 20
+    x = jax.random.normal(jax.random.key(9), (b, t, c.hidden_size))
+    cos, sin = sbj.models.layers.rope_cos_sin(jnp.arange(3, 3 + t)[None].repeat(b, 0), c.rope, c.head_dim,
+                                              jnp.float32)
+    starts = jnp.asarray([3, 5])
+    mask = jnp.arange(size)[None, None] <= (starts[:, None] + jnp.arange(t))[:, :, None]
+    shape = (b, c.num_kv_heads, size, c.head_dim)
+    cache = tuple(jax.random.normal(jax.random.key(i), shape) for i in (10, 11))
+    rows = jnp.asarray([[4, 5, 6, 7], [0, 1, 2, 3]])
+    full, cheap = jax.jit(lambda: (layer(x, cos, sin, mask, cache, starts, 18),
+                                   layer(x, cos, sin, mask, cache, starts, 18, query_rows=rows)))()
+    for want, got in zip(full[1], cheap[1]):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    want = jnp.take_along_axis(full[0], rows[:, :, None], axis=1)
+    np.testing.assert_allclose(np.asarray(cheap[0]), np.asarray(want), atol=1e-5)
+
+
+def test_the_factored_fuse_equals_the_concatenated_input(task):
+    """block_input (the pair's part once per position + the slot query's once per slot) ==
+    concat([norm(c); norm(e); norm(q_k)]) @ fuse for every (position, slot)."""
+    model = nnx.merge(task.graphdef, task.init_params(jax.random.key(12)))
+    h, k = task.config.hidden_size, task.config.block_size
+    cond, emb = (jax.random.normal(jax.random.key(i), (2, 5, h)) for i in (13, 14))
+    shape = (2, 5, k, h)
+    concat = jnp.concatenate([jnp.broadcast_to(model.cond_norm(cond)[:, :, None], shape),
+                              jnp.broadcast_to(model.token_norm(emb)[:, :, None], shape),
+                              jnp.broadcast_to(model.query_norm(model.slot_queries[...]), shape)], -1)
+    want = concat @ model.fuse[...]
+    got = model.block_input(cond, emb)
+    assert got.shape == shape
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
+
+
+def _full_update(drafter, bundle, state, ctx, result, hidden):
+    """`update` through the plain block: every path row's slots through every layer, then the
+    last committed pair's slots taken. Returns (caches, hidden [B, K, H], TopTokens, classes)."""
+    model = drafter._model(bundle)
+    count = ctx.cache_len - state.length
+    n = result.path.shape[1]
+    feats = model.features(jnp.take_along_axis(hidden, result.path[:, :, None, None], axis=1))
+    h, caches = drafter._committed(model, bundle, state.cache, feats, jnp.maximum(result.new_tokens, 0),
+                                   state.length, state.cache[0][0].shape[2], None)
+    last = jnp.take_along_axis(h, jnp.clip(count - 1, 0, n - 1)[:, None, None, None], axis=1)[:, 0]
+    top, cls = drafter._heads(model, last)
+    return caches, last, top, cls
+
+
+def test_the_cheaper_update_equals_the_full_pass(target, task):
+    """The update that runs the last layer's attention and MLP only at the last committed pair
+    leaves the state the full pass gives: the committed entries' K/V of every layer, the next
+    tree's first block (hidden), its top tokens and rank classes; rows commit 3, 0 (finished) and
+    1 pairs, from prompts of different lengths."""
+    from specblock_jax.trees.verify import VerifyResult
+
+    params = task.init_params(jax.random.key(15))
+    bundle = {"draft": params, "embed": target.params["embed_tokens"]}
+    drafter = SpecBlockDrafter(task.config, task.graphdef, num_nodes=12)
+    c, k, n, b = task.config, task.config.block_size, 12, 3
+    feat = (len(c.feature_layers), c.hidden_size)
+    lengths = jnp.asarray([5, 3, 7])
+    pre = Prefill(jax.random.randint(jax.random.key(16), (b, 8), 0, V), lengths,
+                  jax.random.normal(jax.random.key(17), (b, 8) + feat), jnp.zeros((b, V)), jnp.asarray([1, 2, 3]))
+    count = jnp.asarray([3, 0, 1])
+    path = jnp.asarray([[0, 2, 5] + [0] * (n - 3), [0] * n, [0] * n])
+    new = jax.random.randint(jax.random.key(18), (b, n), 0, V)
+    new = jnp.where(jnp.arange(n) < count[:, None], new, -1)
+    result = VerifyResult(path, count - 1, new[:, 0], new)
+    ctx = DraftContext(jnp.zeros((b, 48), jnp.int32), lengths + count + 1, new[:, 0], lengths + count)
+    hidden = jax.random.normal(jax.random.key(19), (b, n) + feat)
+
+    @jax.jit
+    def both():
+        state = drafter.init_state(bundle, pre, 40)
+        return drafter.update(bundle, state, ctx, result, hidden), _full_update(drafter, bundle, state, ctx,
+                                                                                result, hidden)
+
+    cheap, (caches, last, top, cls) = both()
+    moved = np.asarray(count) > 0
+    np.testing.assert_array_equal(np.asarray(cheap.length), np.asarray(lengths + count))
+    for got_kv, want_kv in zip(cheap.cache, caches):
+        for got, want in zip(got_kv, want_kv):
+            for row, end in enumerate(np.asarray(lengths + count) * k):
+                np.testing.assert_allclose(np.asarray(got[row, :, :end]), np.asarray(want[row, :, :end]), atol=1e-5)
+    np.testing.assert_allclose(np.asarray(cheap.hidden)[moved], np.asarray(last)[moved], atol=2e-5)
+    np.testing.assert_allclose(np.asarray(cheap.top.logp)[moved], np.asarray(top.logp)[moved], atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(cheap.top.ids)[moved], np.asarray(top.ids)[moved])
+    np.testing.assert_array_equal(np.asarray(cheap.cls)[moved], np.asarray(cls)[moved])
+
+
 def test_update_runs_the_smallest_row_bucket_that_holds_the_commit():
     from specblock_jax.drafters.common import row_buckets, switch_on_rows
     assert row_buckets(9) == (2, 4, 9) and row_buckets(17) == (2, 4, 8, 17)

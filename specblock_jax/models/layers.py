@@ -99,6 +99,11 @@ def write_kv(cache: jax.Array, new: jax.Array, starts: jax.Array, layer: jax.Arr
     return jax.vmap(one)(cache, new, starts)
 
 
+def take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
+    """x [B, T, ...] at rows [B, Q] (indices into T) -> [B, Q, ...]."""
+    return jnp.take_along_axis(x, rows.reshape(rows.shape + (1,) * (x.ndim - 2)), axis=1)
+
+
 class Attention(nnx.Module):
     """GQA self-attention with optional Qwen3 q/k norm; reads and writes one layer of a KV cache."""
 
@@ -119,15 +124,20 @@ class Attention(nnx.Module):
         self.bias = cfg.attention_bias
         self.qk_norm = cfg.qk_norm
 
-    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None):
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None, query_rows=None):
         """x [B, T, H]; mask [B, T, S] over the cache (S slots) or [B, T, T] without one.
 
         kv_cache: (k, v) each heads-first [B, K, S, D], or stacked [L, B, K, S, D] with this layer's
         index `layer` [] int32, or None; the new K/V are written at starts [B].
         kv_len [] int32 or None: no query sees a cache slot >= kv_len (attention then costs what
-        the sequence is long, models/attention.py). Returns (out [B, T, H], updated (k, v) or None).
+        the sequence is long, models/attention.py). query_rows [B, Q] int32 or None: the K/V of
+        all T rows are computed (and written) as without it, but only rows query_rows[b] query
+        (x, cos, sin and mask rows taken there). Returns (out [B, T or Q, H], updated (k, v) or None).
         """
-        q, k, v = self.project(x, cos, sin)
+        k, v = self.key_value(x, cos, sin)
+        if query_rows is not None:
+            x, cos, sin, mask = (take_rows(a, query_rows) for a in (x, cos, sin, mask))
+        q = self.query(x, cos, sin)
         if kv_cache is not None:
             kv_cache = (write_kv(kv_cache[0], k, starts, layer), write_kv(kv_cache[1], v, starts, layer))
             if layer is None:
@@ -140,14 +150,26 @@ class Attention(nnx.Module):
 
     def project(self, x, cos, sin):
         """x [B, T, H] -> q [B, T, N, D], k/v [B, T, K, D], RoPE applied (for a caller's own attention)."""
+        return (self.query(x, cos, sin),) + self.key_value(x, cos, sin)
+
+    def query(self, x, cos, sin):
+        """x [B, T, H] -> q [B, T, N, D] (bias, q norm, RoPE)."""
         q = jnp.einsum("bth,hnd->btnd", x, self.q_proj[...])
+        if self.bias:
+            q = q + self.q_bias[...]
+        if self.qk_norm:
+            q = self.q_norm(q)
+        return apply_rope(q, cos, sin)
+
+    def key_value(self, x, cos, sin):
+        """x [B, T, H] -> k, v [B, T, K, D] (bias, k norm, RoPE on k)."""
         k = jnp.einsum("bth,hkd->btkd", x, self.k_proj[...])
         v = jnp.einsum("bth,hkd->btkd", x, self.v_proj[...])
         if self.bias:
-            q, k, v = q + self.q_bias[...], k + self.k_bias[...], v + self.v_bias[...]
+            k, v = k + self.k_bias[...], v + self.v_bias[...]
         if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+            k = self.k_norm(k)
+        return apply_rope(k, cos, sin), v
 
     def output(self, att):
         """att [B, T, N, D] -> [B, T, H]."""
@@ -176,8 +198,13 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, dtype, rngs)
 
-    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None):
-        a, kv_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, starts, kv_len, layer)
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None, query_rows=None):
+        """As `Attention.__call__`; with query_rows [B, Q], every row's K/V is written but only
+        those rows go through attention and the MLP: out [B, Q, H] equals the full out at them."""
+        a, kv_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, starts, kv_len, layer,
+                                     query_rows)
+        if query_rows is not None:
+            x = take_rows(x, query_rows)
         x = x + a
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, kv_cache

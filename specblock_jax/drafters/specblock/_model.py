@@ -19,7 +19,10 @@ trees/rank_tree.py).
 
 Decoding: the drafter's KV cache holds K entries per committed pair (e = i * K + k) plus scratch
 for the later blocks of the tree. `update` runs the first block of the next tree for free: the
-forward over the newly committed pairs also gives the K slots after the last one.
+forward over the newly committed pairs also gives the K slots after the last one. Only those K
+slots' hidden is used (by `update` and by `init_state`'s prompt pass), so the last layer writes
+every entry's K/V but runs attention and its MLP for those slots only (`SpecBlockModel.block`'s
+`group`).
 """
 
 from __future__ import annotations
@@ -128,11 +131,16 @@ class SpecBlockModel(nnx.Module):
         b, t = target_hidden.shape[:2]
         return target_hidden.reshape(b, t, -1) @ self.fc[...]
 
-    def block(self, cond, emb, positions, mask, caches, starts, kv_len=None):
+    def block(self, cond, emb, positions, mask, caches, starts, kv_len=None, group=None):
         """One block per group g: cond/emb [B, G, H], positions [B, G] (slot k at positions + 1 + k),
         mask [B, G*K, S] over the caches ((k, v) per layer, each [B, kv, S, D]) into which the
-        G*K new entries are written at starts [B]; the mask hides every entry >= kv_len [] (None:
-        attention spans all S). Returns (hidden [B, G, K, H], caches)."""
+        G*K new entries are written at starts [B]; the mask hides every entry >= kv_len [] int32
+        (None: attention spans all S). Returns (hidden [B, G, K, H], caches).
+
+        group [B] int32 or None: only group group[b]'s hidden is wanted; hidden is then [B, K, H]
+        (the full pass's hidden[b, group[b]]). Every layer still writes all G*K entries' K/V
+        (later queries read them) and every layer but the last runs all of them (its output is
+        the last layer's input); the last layer's attention and MLP run the K wanted slots only."""
         c = self.c
         b, g, h = cond.shape
         k = c.block_size
@@ -141,19 +149,24 @@ class SpecBlockModel(nnx.Module):
         out = []
         for layer_index, layer in enumerate(self.layers):
             x = self.shift_slots(x, layer_index)
-            y, cache = layer(x.reshape(b, g * k, h), cos, sin, mask, caches[layer_index], starts, kv_len)
-            x = y.reshape(b, g, k, h)
+            rows = None
+            if group is not None and layer_index == len(self.layers) - 1:
+                rows = group[:, None] * k + jnp.arange(k)  # [B, K] the wanted slots' entries
+            y, cache = layer(x.reshape(b, g * k, h), cos, sin, mask, caches[layer_index], starts, kv_len,
+                             query_rows=rows)
+            x = y if rows is not None else y.reshape(b, g, k, h)
             out.append(cache)
         return x, tuple(out)
 
     def block_input(self, cond, emb):
-        """cond/emb [B, G, H] -> the K slots' inputs [B, G, K, H] (fuse of the three norms)."""
-        b, g, h = cond.shape
-        shape = (b, g, self.c.block_size, h)
-        parts = [jnp.broadcast_to(self.cond_norm(cond)[:, :, None], shape),
-                 jnp.broadcast_to(self.token_norm(emb)[:, :, None], shape),
-                 jnp.broadcast_to(self.query_norm(self.slot_queries[...]), shape)]
-        return jnp.concatenate(parts, axis=-1) @ self.fuse[...]
+        """cond/emb [B, G, H] -> the K slots' inputs [B, G, K, H]: fuse [norm(c); norm(e); norm(q_k)]
+        (Linear 3H -> H), computed as its three H-row blocks: the pair's part once per position,
+        the slot query's once per slot, broadcast-added (the same sum, in another order)."""
+        h = cond.shape[-1]
+        fuse = self.fuse[...]
+        pair = self.cond_norm(cond) @ fuse[:h] + self.token_norm(emb) @ fuse[h:2 * h]  # [B, G, H]
+        slot = self.query_norm(self.slot_queries[...]) @ fuse[2 * h:]  # [K, H]
+        return pair[:, :, None, :] + slot
 
     def slot_rope(self, positions, dtype):
         """positions [B, G] -> RoPE (cos, sin) of the G*K slots (slot k at position + 1 + k)."""
@@ -189,11 +202,6 @@ class SpecBlockState(NamedTuple):
     hidden: jax.Array  # [B, K, H] the first block of the next tree (the last pair's slots)
     top: TopTokens  # [B, K, R] its best draft tokens and their log-probs (R = max(20, 1 + width))
     cls: jax.Array  # [B, K] its rank-head classes
-
-
-def _take(x, index):
-    """x [B, T, ...] at index [B] -> [B, ...]."""
-    return jnp.take_along_axis(x, index.reshape((-1,) + (1,) * (x.ndim - 1)), axis=1)[:, 0]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -247,8 +255,10 @@ class SpecBlockDrafter(SpecBlockDecoding):
         cls = jnp.argmax(model.rank_logits(hidden, top=top), axis=-1)
         return TopTokens(top[0] - top[2], top[1]), cls
 
-    def _committed(self, model, params, caches, cond, tokens, length, size):
-        """Appends pairs (cond [B, T, H], tokens [B, T]) at pair index length [B]."""
+    def _committed(self, model, params, caches, cond, tokens, length, size, last):
+        """Appends pairs (cond [B, T, H], tokens [B, T]) at pair index length [B]; returns the
+        slots' hidden [B, K, H] of pair last [B] (0 <= last < T) of each row (None: of every pair,
+        [B, T, K, H]: the plain block, which the tests compare with), and the caches."""
         b, t = tokens.shape
         k = self.config.block_size
         emb = jnp.take(params["embed"], tokens, axis=0)
@@ -256,7 +266,7 @@ class SpecBlockDrafter(SpecBlockDecoding):
         query = (pos[:, :, None] * k + jnp.arange(k)).reshape(b, t * k)
         mask = jnp.arange(size)[None, None, :] <= query[:, :, None]
         return model.block(cond.astype(emb.dtype), emb, pos, mask, caches, length * k,
-                           (jnp.max(length) + t) * k)
+                           (jnp.max(length) + t) * k, last)
 
     def init_state(self, params, prefill: Prefill, max_len: int):
         model = self._model(params)
@@ -270,9 +280,8 @@ class SpecBlockDrafter(SpecBlockDecoding):
         nxt = jnp.concatenate([prefill.tokens[:, 1:], prefill.tokens[:, -1:]], axis=1)
         nxt = jnp.where(t == prefill.lengths[:, None] - 1, prefill.root[:, None], nxt)
         zero = jnp.zeros((b,), jnp.int32)
-        hidden, caches = self._committed(model, params, caches, model.features(prefill.hidden), nxt,
-                                         zero, size)
-        last = _take(hidden, prefill.lengths - 1)  # [B, K, H]
+        last, caches = self._committed(model, params, caches, model.features(prefill.hidden), nxt,
+                                       zero, size, prefill.lengths - 1)  # [B, K, H]
         top, cls = self._heads(model, last)
         return SpecBlockState(caches, prefill.lengths, last, top, cls)
 
@@ -333,9 +342,8 @@ class SpecBlockDrafter(SpecBlockDecoding):
         def run(r, caches):
             path = result.path[:, :r]
             feats = model.features(jnp.take_along_axis(hidden, path[:, :, None, None], axis=1))
-            h, caches = self._committed(model, params, caches, feats,
-                                        jnp.maximum(result.new_tokens[:, :r], 0), length, size)
-            return _take(h, jnp.clip(count - 1, 0, r - 1)), caches
+            return self._committed(model, params, caches, feats, jnp.maximum(result.new_tokens[:, :r], 0),
+                                   length, size, jnp.clip(count - 1, 0, r - 1))
 
         last, caches = switch_on_rows(count, rows, run, state.cache)
         top, cls = self._heads(model, last)
