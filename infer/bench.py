@@ -318,8 +318,10 @@ def run_rounds(target, prompts, methods, temperature, batch_size, args,
             for p, r, n in zip(preps, results, rounds)])
         raise
     if pricer is not None:
-        for prep, row in zip(preps, rows):
-            row.update(pricer.row(prep["served"], row["tau_run"], batch_size))
+        for prep, row, res in zip(preps, rows, results):
+            hists = [r.stats.commit_hist for r in res if r.stats.commit_hist is not None]
+            commits = np.sum(hists, axis=0) if hists and len({len(h) for h in hists}) == 1 else None
+            row.update(pricer.row(prep["served"], row["tau_run"], batch_size, commits))
     return rows
 
 

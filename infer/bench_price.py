@@ -15,6 +15,10 @@ is an estimate, not a measurement, and sits in its own columns:
     priced_speedup             tau_run (tokens committed per decoding forward, measured here)
                                x priced target-only step / priced speculative step
     priced_draft_ms_per_token  the priced drafting phases (propose + update) / tau_run
+    priced_update              (a drafter whose update switches on the rows a step committed:
+                               SpecBlock) how its update was priced: as the run's mix of the
+                               switch's buckets, each compiled alone (`stats.commit_hist`), or at
+                               the costliest branch, as XLA's cost analysis prices a switch
 
 Each (method kind, tree or block size, batch) compiles once per run (`Pricer` caches it), only the
 phases these columns read (no prefill). With `--price-cache DIR` the priced milliseconds are also
@@ -40,6 +44,7 @@ from pathlib import Path
 
 import specblock_jax
 from specblock_jax.drafters import registry
+from specblock_jax.drafters.common import bucket_of
 from specblock_jax.serving.methods import Method
 
 PRICED_KEYS = ("priced_step_ms", "priced_speedup", "priced_draft_ms_per_token")
@@ -152,7 +157,8 @@ class Pricer:
             self.sources[name] = f"cache {disk} (computed {entry['computed_at']})"
         if key not in self._cache:
             s = dict(shape)
-            wanted = ("target_step",) if s["method"] == "ar" else ("spec_step", "propose", "update")
+            wanted = (("target_step",) if s["method"] == "ar" else ("update",) if "row_bucket" in s
+                      else ("spec_step", "propose", "update"))
             try:
                 rec = self._aot.price_method(self.target, s.pop("method"), self.spec.topology, batch=batch,
                                              context=self.spec.context, max_new=self.spec.max_new,
@@ -174,8 +180,30 @@ class Pricer:
                 tmp.replace(disk)
         return self._cache[key]
 
-    def row(self, drafter, tau_run: float, batch: int) -> dict:
-        """The priced columns of one bench row (None where the step could not be priced)."""
+    def update_mix(self, shape: dict, batch: int, rows: int, commits) -> tuple[float, dict] | None:
+        """A row-switched update (SpecBlock's: `drafters.common.switch_on_rows` over `rows` path
+        rows) priced as it ran: each bucket's update compiled alone, weighted by the run's steps at
+        that bucket (`commits`[c]: steps whose batch committed at most c tokens). (ms, {bucket:
+        share of steps}), or None when a bucket could not be priced."""
+        steps: dict[int, int] = {}
+        for count, n in enumerate(commits):
+            if n and count:
+                b = bucket_of(count, rows)
+                steps[b] = steps.get(b, 0) + int(n)
+        if not steps:
+            return None
+        ms = {b: self.phases_ms({**shape, "row_bucket": b}, batch).get("update") for b in steps}
+        if any(v is None for v in ms.values()):
+            return None
+        total = sum(steps.values())
+        return sum(ms[b] * n for b, n in steps.items()) / total, {b: round(n / total, 4) for b, n in sorted(steps.items())}
+
+    def row(self, drafter, tau_run: float, batch: int, commits=None) -> dict:
+        """The priced columns of one bench row (None where the step could not be priced). commits:
+        the run's steps by the most tokens a batch committed (summed `stats.commit_hist`); with a
+        drafter whose update switches on them (`update_rows`), the update is priced as that mix
+        of its buckets (`update_mix`) in place of the switch's costliest branch, which XLA's cost
+        analysis charges, and `priced_update` says which."""
         out = dict.fromkeys(PRICED_KEYS)
         shape = method_shape(drafter)
         if shape is None:
@@ -183,7 +211,20 @@ class Pricer:
         base = self.phases_ms({"method": "ar"}, batch).get("target_step")
         if shape["method"] == "ar":
             return {**out, "priced_step_ms": base, "priced_speedup": None if base is None else 1.0}
-        ms = self.phases_ms(shape, batch)
+        ms = dict(self.phases_ms(shape, batch))
+        rows = getattr(drafter.drafter.drafter, "update_rows", None)
+        if rows and commits is not None and "update" in ms:
+            mix = self.update_mix(shape, batch, rows, commits)
+            if mix is not None:
+                if "spec_step" in ms:  # the step's own update is priced at the switch's costliest branch
+                    ms["spec_step"] += mix[0] - ms["update"]
+                ms["update"] = mix[0]
+                out["priced_update"] = {"by": "the run's mix of row buckets", "share_of_steps": mix[1],
+                                        "ms": mix[0]}
+            else:
+                out["priced_update"] = {"by": "the row switch's costliest branch (a bucket failed to price)"}
+        elif rows:
+            out["priced_update"] = {"by": "the row switch's costliest branch (no commit counts)"}
         if "spec_step" in ms:
             out["priced_step_ms"] = ms["spec_step"]
             if base is not None:

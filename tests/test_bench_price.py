@@ -177,3 +177,50 @@ def test_price_only_fills_the_cache_without_decoding_and_the_bench_then_compiles
     assert len(sources) == 4 and all(v.startswith("cache ") for v in sources.values())
     with pytest.raises(SystemExit, match="--price-only needs"):
         bench.main([a for a in args if a != str(tmp_path / "cache") and a != "--price-cache"] + ["--price-only"])
+
+
+def test_a_row_switched_update_is_priced_as_the_runs_mix_of_buckets(monkeypatch, small_vocab_target):
+    """SpecBlock's update switches on the rows a step committed; XLA prices the switch at its
+    costliest branch. With the run's commit counts the bench prices each bucket alone and weighs
+    them by the run's steps (issue 57 item 2), replaces the switch's update inside the step, and
+    says which it did; without counts it says it priced the switch."""
+    import jax
+
+    from specblock_jax.drafters.specblock import SpecBlockTask
+
+    bw = 819e9
+    task = SpecBlockTask({"num_nodes": 10, "num_blocks": 2}, small_vocab_target)
+    drafter = task.decoding_drafter(task.init_params(jax.random.key(0)))
+    rows = drafter.drafter.update_rows
+    assert rows == 2 * drafter.drafter.config.block_size + 1
+    update_ms = {None: 0.5, 2: 0.2, 4: 0.3, rows: 0.45}
+    calls = []
+
+    def phase(ms):
+        return {"compiled": True, "optimal_seconds": None, "flops": 1.0, "bytes_accessed": ms / 1e3 * bw}
+
+    def fake(target, method, topology, **kw):
+        calls.append((method, kw.get("row_bucket"), kw.get("phases_wanted")))
+        if method == "ar":
+            return {"chip": "v5e", "phases": {"target_step": phase(2.0)}}
+        if kw.get("row_bucket") is not None:
+            return {"chip": "v5e", "phases": {"update": phase(update_ms[kw["row_bucket"]])}}
+        return {"chip": "v5e", "phases": {"propose": phase(0.4), "update": phase(update_ms[None]),
+                                          "spec_step": phase(3.0)}}
+
+    for name, fn in (("require_libtpu", lambda: None), ("get_topology", lambda t: t),
+                     ("load_target_config", lambda t: t), ("price_method", fake)):
+        monkeypatch.setattr(aot, name, fn)
+    pricer = Pricer(PriceSpec.parse("v5e:2x2,qwen3-8b", 512, 64))
+    commits = [0, 3, 1, 4, 2] + [0] * 6  # steps committing 1-2 tokens run bucket 2 (4), 3-4 bucket 4 (6)
+    row = pricer.row(Method("specblock", drafter), 2.0, 1, commits)
+    mix = (4 * 0.2 + 6 * 0.3) / 10
+    assert row["priced_update"]["share_of_steps"] == {2: 0.4, 4: 0.6}
+    assert row["priced_update"]["ms"] == pytest.approx(mix)
+    assert row["priced_step_ms"] == pytest.approx(3.0 - 0.5 + mix)
+    assert row["priced_draft_ms_per_token"] == pytest.approx((0.4 + mix) / 2.0)
+    assert row["priced_speedup"] == pytest.approx(2.0 * 2.0 / (3.0 - 0.5 + mix))
+    assert {c[1] for c in calls if c[1] is not None} == {2, 4}  # only the buckets that ran
+    assert all(c[2] == ("update",) for c in calls if c[1] is not None)
+    plain = pricer.row(Method("specblock", drafter), 2.0, 1)
+    assert plain["priced_step_ms"] == pytest.approx(3.0) and "costliest" in plain["priced_update"]["by"]

@@ -121,3 +121,24 @@ def test_no_recompilation_once_warm(small_vocab_target):
     sbj.generate(small_vocab_target, _prompts(4, V, 3, 16), drafter=drafter, max_new_tokens=10, seed=4,
                  sampling=sbj.Sampling(temperature=1.3, top_p=0.8), options=sbj.DecodeOptions(batch_size=4))
     assert compilation_count() == warm + 1
+
+
+def test_commit_counts_are_the_steps_by_the_batchs_most_committed_tokens(small_vocab_target):
+    """stats.commit_hist[c]: the steps a row ran in which the most tokens any row of its batch
+    committed was c (what a row-switched update runs at). It sums to the row's decoding forwards;
+    alone, c x count sums to the tokens it committed (the last step's may pass the token budget);
+    in a batch, each step counts the batch's most, so the row's own tokens are at most that sum."""
+    t = small_vocab_target
+    prompts = _prompts(3, V, seed=5)
+    drafter = sbj.LoadedDrafter(RandomTreeDrafter(8, V), ())
+    for batch in (1, 3):
+        out = sbj.generate(t, prompts, drafter, max_new_tokens=24, options=sbj.DecodeOptions(batch_size=batch))
+        for r in out:
+            hist = np.asarray(r.stats.commit_hist)
+            assert len(hist) == 8 + 1 and hist[0] == 0
+            assert hist.sum() == r.stats.target_forwards - 1
+            committed = int((np.arange(len(hist)) * hist).sum())
+            assert committed >= r.stats.new_tokens - 1
+            if batch == 1:  # its own counts: only the last step's may run past the token budget
+                assert committed - (r.stats.new_tokens - 1) < np.flatnonzero(hist).max()
+    assert sbj.generate(t, prompts[:1], max_new_tokens=4)[0].stats.commit_hist is None  # target-only

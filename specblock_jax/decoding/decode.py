@@ -114,7 +114,8 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
         if layout is None:
             host = jax.device_get(ran.without_labels())
         else:
-            host = LoopOutput(*layout.outputs((ran.tokens, ran.generated, ran.stopped, ran.forwards)))
+            host = LoopOutput(*layout.outputs((ran.tokens, ran.generated, ran.stopped, ran.forwards)),
+                              commits=None if ran.commits is None else layout.outputs((ran.commits,))[0])
         if sizes is None:
             wall = time.perf_counter() - t0
         else:
@@ -134,7 +135,8 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
             stats = row_stats(prompt_tokens=len(requests[i].tokens), new=new, forwards=int(host.forwards[r]),
                               stopped=bool(host.stopped[r]), draft_call_s=call_s, wall=wall, compile_s=compile_s,
                               batch_size=bsz, batch=start // bsz, event=event, batch_steps=int(np.max(host.forwards)),
-                              block_size=None if sizes is None else int(sizes[r]))
+                              block_size=None if sizes is None else int(sizes[r]),
+                              commits=None if host.commits is None else host.commits[r])
             results[i] = _result(target, new, stats, prof, options.profile, i)
         if on_batch is not None:
             on_batch([results[i] for i in chunk])
@@ -194,7 +196,7 @@ def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -
             stats = row_stats(prompt_tokens=len(requests[f.index].tokens), new=f.tokens, forwards=f.forwards,
                               stopped=f.stopped, draft_call_s=call_s, wall=f.segment_wall_s,
                               compile_s=f.segment_compile_s, batch_size=bsz, batch=f.segment, event=event,
-                              batch_steps=f.segment_steps, block_size=f.block_size)
+                              batch_steps=f.segment_steps, block_size=f.block_size, commits=f.commits)
             results[f.index] = _result(target, f.tokens, stats, prof, options.profile, f.index)
         if on_batch is not None and finished:
             on_batch([results[f.index] for f in finished])
@@ -226,14 +228,15 @@ def _profile(target, loop: DecodeLoop, dparams, adapter, inputs: LoopInputs, pro
 
 def row_stats(*, prompt_tokens: int, new: list[int], forwards: int, stopped: bool, draft_call_s: float | None,
               wall: float, compile_s: float, batch_size: int, batch: int, event: dict | None,
-              batch_steps: int, block_size: int | None = None) -> GenerationStats:
+              batch_steps: int, block_size: int | None = None, commits=None) -> GenerationStats:
     """One row's statistics. tau: tokens committed per decoding forward, bonus included (the
     prefill's token is not counted, nor is its forward); exactly 1 for autoregressive decoding.
-    batch_steps: decoding steps its batch (or segment) ran."""
+    batch_steps: decoding steps its batch (or segment) ran. commits: the speculative loop's [N + 1]
+    steps by the batch's most committed tokens (`commit_hist`)."""
     return GenerationStats(
         prompt_tokens=prompt_tokens, new_tokens=len(new), target_forwards=forwards + 1,
         tau=(len(new) - 1) / forwards if forwards else None, finish_reason="stop" if stopped else "length",
         draft_time_s=None if draft_call_s is None else forwards * draft_call_s, total_time_s=wall,
         compile_s=compile_s, batch_size=batch_size, batch=batch, adapt=event,
         batch_draft_time_s=None if draft_call_s is None else batch_steps * draft_call_s, batch_steps=batch_steps,
-        block_size=block_size)
+        block_size=block_size, commit_hist=None if commits is None else [int(x) for x in commits])

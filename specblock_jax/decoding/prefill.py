@@ -39,6 +39,7 @@ class LoopOutput(NamedTuple):
     generated: jax.Array  # [B] int32 new tokens per row (a stop token included)
     stopped: jax.Array  # [B] bool: the row ended on a stop token
     forwards: jax.Array  # [B] int32 decoding forwards of the target per row (the prefill excluded)
+    commits: jax.Array | None = None  # [B, N + 1] the speculative loop's steps by the batch's most committed
     # with the speculative loop's `collect`: the adapter's free labels (see adaptation/buffer.py)
     history: jax.Array | None = None  # [B, S] prompt + committed tokens
     hist_len: jax.Array | None = None  # [B] valid history entries

@@ -97,6 +97,7 @@ class Finished(NamedTuple):
     segment_compile_s: float
     segment_steps: int  # decoding steps the segment ran
     block_size: int | None = None  # a sized drafter's choice for it (decoding/sized.py)
+    commits: np.ndarray | None = None  # [N + 1] its steps by the batch's most committed (speculative loop)
 
 
 def one_more_step(state):
@@ -175,9 +176,11 @@ class Stream:
             out, generated = np.asarray(state.out)[free], np.asarray(state.generated)[free]
             stopped = np.asarray(state.stopped)[free]
             forwards = np.asarray(state.generated - 1 if loop.drafter is None else state.forwards)[free]
+            commits = None if loop.drafter is None else np.asarray(state.commits)[free]
             finished = [Finished(holder[r].index, out[j, :generated[j]].tolist(), bool(stopped[j]),
                                  int(forwards[j]), self.segments, wall, compile_s, steps,
-                                 None if sizes is None else int(sizes[r]))
+                                 None if sizes is None else int(sizes[r]),
+                                 None if commits is None else commits[j])
                         for j, r in enumerate(free)]
             on_finished(finished, state, free)
             self.segments += 1

@@ -37,11 +37,15 @@ class GenerationStats:
     # with a drafter whose requests each choose a size at the prefill (BlockPilot): the block size
     # this request chose, which it drafted and verified at (decoding/sized.py)
     block_size: int | None = None
+    # speculative decoding: commit_hist[c] = decoding steps this row ran in which the most tokens any
+    # row of its batch committed was c (what a row-switched update such as SpecBlock's runs at)
+    commit_hist: list[int] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (without `adapt`, `step_profile`, `auto` or `block_size` when they are None)."""
+        """A JSON-ready dict (without `adapt`, `step_profile`, `auto`, `block_size` or `commit_hist`
+        when they are None)."""
         out = dataclasses.asdict(self)
-        for name in ("adapt", "step_profile", "auto", "block_size"):
+        for name in ("adapt", "step_profile", "auto", "block_size", "commit_hist"):
             if out[name] is None:
                 del out[name]
         return out

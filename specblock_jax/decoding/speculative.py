@@ -49,6 +49,9 @@ class SpeculativeState(NamedTuple):
     hist_len: jax.Array  # [B] int32 valid history entries (the root included)
     drafter: Any  # the drafter's state (its own NamedTuple)
     forwards: jax.Array  # [B] int32 verification forwards while the row was running
+    commits: jax.Array  # [B, N + 1] int32: steps the row ran, by the most tokens any row of the batch
+    #                     committed in the step (a drafter's update that runs the rows committed
+    #                     pays for that: SpecBlock's row switch; priced per bucket by the bench)
     features: jax.Array | None  # with collect: [B, S + N, n, H] hidden states of history positions
     budgets: jax.Array  # [B] int32 new-token limits
     sampling: SamplingParams  # [B] per-row settings
@@ -167,7 +170,8 @@ class SpeculativeLoop:
         one = jnp.ones((b,), jnp.int32)
         return SpeculativeState(step=one, root=pre.first, generated=one, out=pre.out, done=pre.done,
                                 stopped=pre.stopped, cache=pre.cache, history=history, hist_len=lengths + 1,
-                                drafter=dstate, forwards=jnp.zeros((b,), jnp.int32), features=feats,
+                                drafter=dstate, forwards=jnp.zeros((b,), jnp.int32),
+                                commits=jnp.zeros((b, n + 1), jnp.int32), features=feats,
                                 budgets=inputs.budgets, sampling=inputs.sampling, keys=inputs.keys)
 
     def step(self, params, drafter_params, s: SpeculativeState, stop_ids) -> SpeculativeState:
@@ -188,9 +192,12 @@ class SpeculativeLoop:
             path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
             feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, s.history.shape[1]))
         dstate = constrain_drafter_state(drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden))
+        most = jnp.max(jnp.where(active, c.cache.lengths - s.cache.lengths, 0))  # over the whole batch
+        commits = s.commits + (active[:, None] & (jnp.arange(s.commits.shape[1]) == most)[None])
         return s._replace(step=s.step + active, root=c.result.bonus, generated=c.generated, out=c.out,
                           done=c.done, stopped=c.stopped, cache=c.cache, history=c.history,
-                          hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, features=feats)
+                          hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, commits=commits,
+                          features=feats)
 
     def run(self, params, drafter_params, state: SpeculativeState, stop_ids: jax.Array,
             wake: jax.Array) -> SpeculativeState:
@@ -202,7 +209,7 @@ class SpeculativeLoop:
         [B] and features [B, S, n, H] (the target's hidden states at `drafter.hidden_ids` for
         history positions < hist_len - 1)."""
         out = LoopOutput(tokens=state.out, generated=state.generated, stopped=state.stopped,
-                         forwards=state.forwards)
+                         forwards=state.forwards, commits=state.commits)
         if state.features is not None:
             return out._replace(history=state.history, hist_len=state.hist_len,
                                 features=state.features[:, :state.history.shape[1]])

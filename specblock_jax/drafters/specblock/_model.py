@@ -246,6 +246,12 @@ class SpecBlockDrafter(SpecBlockDecoding):
     def forwards_per_step(self) -> int:
         return self.max_blocks  # the update (which drafts block 1) + one forward per later level
 
+    @property
+    def update_rows(self) -> int:
+        """Path rows a step can commit (max_blocks * K drafts + the bonus): the update switches on
+        the rows a step committed over `row_buckets(update_rows)` (priced per bucket by the bench)."""
+        return self.max_blocks * self.config.block_size + 1
+
     def _model(self, params) -> SpecBlockModel:
         return nnx.merge(self.graphdef, params["draft"])
 
@@ -334,7 +340,7 @@ class SpecBlockDrafter(SpecBlockDecoding):
         (drafters/common.py `switch_on_rows`) that holds the pairs this step committed, at most
         the max_blocks * K + 1 path rows that can be committed."""
         model = self._model(params)
-        rows = min(result.path.shape[1], self.max_blocks * self.config.block_size + 1)
+        rows = min(result.path.shape[1], self.update_rows)
         length = state.length
         count = ctx.cache_len - length  # pairs committed this step (0 for finished rows)
         size = state.cache[0][0].shape[2]
