@@ -32,7 +32,12 @@ LABELS = {"ar": "target-only", "prompt_lookup": "prompt lookup", "assets/drafter
 # since 2026-12-05 assets/drafters/specblock-data holds the prefix_norm=all retrain (the first run's
 # "specblock-data-all"; tag "run1_" labels that run's folders as they were, docs/findings.md)
 LABELS["assets/drafters/specblock-data"] = "SpecBlock (data-matched, prefix_norm=all)"
-RELABEL = {"run1_": {"assets/drafters/specblock-data": "SpecBlock (data-matched)"}}
+# since 2026-12-07 the data-matched drafter is assets/drafters/specblock and the compute-matched one
+# assets/drafters/specblock-compute (issue 57); the committed rows keep the names they ran under
+LABELS["assets/drafters/specblock-compute"] = "SpecBlock (compute-matched, ablation)"
+LABELS["assets/drafters/specblock"] = "SpecBlock (data-matched, prefix_norm=all)"
+RELABEL = {"run1_": {"assets/drafters/specblock-data": "SpecBlock (data-matched)",
+                     "assets/drafters/specblock": "SpecBlock (compute-matched, ablation)"}}
 DROP = ("token_ids", "texts", "taus", "batch_tokens_per_s")  # the copies stay small
 
 

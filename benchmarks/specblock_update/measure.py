@@ -1,7 +1,7 @@
 """SpecBlock's drafting cost per step (propose, update) and per committed token, against EAGLE-3.
 
 One round: the step profile (decoding/step_profile.py, batch 1, the loop's exact shapes) of the
-data-matched SpecBlock (assets/drafters/specblock-data) and EAGLE-3 (assets/drafters/eagle3) on the
+data-matched SpecBlock (assets/drafters/specblock; specblock-data before 2026-12-07) and EAGLE-3 (assets/drafters/eagle3) on the
 first --prompts held-out prompts, medians over prompts; prints one JSON line. With --tau, also a
 short greedy run (--tau-prompts held-out prompts, --max-new tokens) per drafter for tau (tokens
 per target forward, the bonus included; pooled: new tokens / decoding forwards).
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-DRAFTERS = {"specblock": ROOT / "assets/drafters/specblock-data", "eagle3": ROOT / "assets/drafters/eagle3"}
+DRAFTERS = {"specblock": ROOT / "assets/drafters/specblock", "eagle3": ROOT / "assets/drafters/eagle3"}
 
 
 def one_round(args) -> dict:
