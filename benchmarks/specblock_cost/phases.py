@@ -73,8 +73,9 @@ def priced(method: str, **kw) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated; ';' splits none")
+    ap.add_argument("--methods", default=",".join(METHODS), help="comma-separated")
     ap.add_argument("--buckets", default="2,4,9", help="SpecBlock update buckets to price ('' = none)")
+    ap.add_argument("--phases", default=",".join(WANTED), help="the phases to price")
     args = ap.parse_args()
     out = json.loads(args.out.read_text()) if args.out.exists() else {}
     out.update(target="qwen3-8b", topology=TOPOLOGY, batch=1, context=CONTEXT, max_new=MAX_NEW,
@@ -84,7 +85,7 @@ def main() -> None:
         if method in methods:
             continue
         t0 = time.perf_counter()
-        entry = {"bytes": layout_bytes(method), "phases": priced(method, phases_wanted=WANTED)}
+        entry = {"bytes": layout_bytes(method), "phases": priced(method, phases_wanted=tuple(args.phases.split(",")))}
         if method == "specblock" and args.buckets:
             try:
                 entry["update_by_bucket"] = {b: priced(method, phases_wanted=("update",), row_bucket=int(b))["update"]
