@@ -275,8 +275,19 @@ def test_shipped_blockpilot_drafter_loads_and_is_lossless():
 
     root = Path(__file__).resolve().parents[1]
     target = sbj.load_target(root / "assets" / "target")
-    drafter, params = sbj.load_drafter(root / "assets" / "drafters" / "blockpilot", target)
+    folder = root / "assets" / "drafters" / "blockpilot"
+    drafter, params = sbj.load_drafter(folder, target)
     assert isinstance(drafter, BlockPilotDrafter) and drafter.num_nodes == max(drafter.policy.sizes)
+    # issue 58: the window B-2..B+2 around its DFlash's training block, and the DFlash it drives is
+    # the one its labels were measured with (benchmarks/blockpilot_window/labels/*/settings.json)
+    import hashlib
+    trained = json.loads((folder / "../dflash/config.json").read_text())["config"]["block_size"]
+    assert drafter.policy.sizes == tuple(range(trained - 2, trained + 3))
+    meta = json.loads((folder / "config.json").read_text())
+    label_dflash = json.loads((root / "benchmarks/blockpilot_window/labels/train/settings.json").read_text())["dflash"]
+    assert (root / label_dflash).resolve() == (folder / meta["dflash_dir"]).resolve()
+    digest = hashlib.sha256((folder / meta["dflash_dir"] / "model.safetensors").read_bytes()).hexdigest()
+    assert meta["labels_dflash_sha256"] == digest
     lines = (root / "assets/prompts/heldout.jsonl").read_text().splitlines()[:4]
     prompts = [json.loads(x)["prompt"] for x in lines]
     ar = sbj.generate(target, prompts, max_new_tokens=32, options=sbj.DecodeOptions(batch_size=4))
