@@ -252,12 +252,14 @@ def test_released_blockpilot_picks_the_sizes_their_predictor_picks(target, dflas
     out = tmp_path / "policy"
     assert convert.main(["blockpilot", str(tmp_path / "model.pt"), str(out), "--dflash", str(dflash_dir),
                          "--target", str(tmp_path / "target")]) == 0
+    from specblock_jax.drafters.blockpilot import choose
+
     drafter, params = sbj.load_drafter(out, target, dtype="float32")
     assert drafter.policy.sizes == (14, 15, 16, 17, 18) and drafter.policy.features == "logits"
     rng = np.random.default_rng(0)
     real = np.asarray(sbj.forward(target, jnp.asarray(rng.integers(0, V, (32, 8))))[:, -1])
     feats = np.concatenate([rng.normal(0, 4, (480, V)).astype(np.float32), real])
-    ours = np.asarray(drafter.route(params, jnp.asarray(feats)))
+    ours = np.asarray(choose(drafter.policy_graphdef, params["policy"], drafter.policy, jnp.asarray(feats)))
     theirs = ref.blockpilot_predict(model, feats, torch.float32)
     bf16 = ref.blockpilot_predict(model, feats, torch.bfloat16)
     print(f"size agreement: fp32 {np.mean(ours == theirs):.4f}, their bf16 run {np.mean(ours == bf16):.4f} "
