@@ -202,6 +202,15 @@ def step_figures(prof: dict, tau_run: float, is_ar: bool) -> tuple:
     return draft, verify, ideal
 
 
+def summed_commit_hist(results) -> list[int] | None:
+    """The rows' `stats.commit_hist` summed (steps by the most tokens their batch committed: what a
+    row-switched update is priced by), or None where a row has none or their lengths differ."""
+    hists = [r.stats.commit_hist for r in results]
+    if not hists or any(h is None for h in hists) or len({len(h) for h in hists}) != 1:
+        return None
+    return [int(x) for x in np.sum(hists, axis=0)]
+
+
 def batch_taus(results) -> list[float]:
     """tau of every batch in decoding order (tokens committed per target forward, bonus included)."""
     per: dict[int, list[int]] = {}
@@ -318,9 +327,8 @@ def run_rounds(target, prompts, methods, temperature, batch_size, args,
             for p, r, n in zip(preps, results, rounds)])
         raise
     if pricer is not None:
-        for prep, row, res in zip(preps, rows, results):
-            hists = [r.stats.commit_hist for r in res if r.stats.commit_hist is not None]
-            commits = np.sum(hists, axis=0) if hists and len({len(h) for h in hists}) == 1 else None
+        for prep, row in zip(preps, rows):
+            commits = None if row["commit_hist"] is None else np.asarray(row["commit_hist"])
             row.update(pricer.row(prep["served"], row["tau_run"], batch_size, commits))
     return rows
 
@@ -382,6 +390,7 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
         "compile_s": float(sum(b["compile"] for b in batches.values()))
         + (adapter.compile_s if adapter is not None else 0.0),
         "decode_s": decode_wall, "adapt_s": adapt_s, "batch_taus": batch_taus(results),
+        "commit_hist": summed_commit_hist(results),
         **{k: v for k, v in prof.items() if k != "step_profiles"},
         "draft_ms_per_step": draft_step, "verify_ms_per_step": verify_step, "ideal_speedup": ideal,
         "step_profiles": prof["step_profiles"],

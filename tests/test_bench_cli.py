@@ -59,6 +59,8 @@ def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path, capsys):
     assert pl0["verify_ms_per_step"] == pytest.approx(pl0["tree_forward_ms"] + pl0["verify_ms"])
     assert pl0["ideal_speedup"] == pytest.approx(pl0["tau_run"] * pl0["forward_1_ms"] / pl0["verify_ms_per_step"])
     assert 0 < pl0["draft_share"] < 1
+    # the rows' commit counts, summed (what a row-switched update is priced by): each row's steps
+    assert ar0["commit_hist"] is None and sum(pl0["commit_hist"]) == pl0["target_forwards"] - pl0["prompts"]
     assert data["meta"]["num_prompts"] == 4 and data["meta"]["machine"]["backend"] == "cpu"
     md = (out / "results.md").read_text()
     assert "| 0 | 2 | prompt_lookup |" in md and "4 prompts in 3 rounds" in md

@@ -1,6 +1,6 @@
 """Where a priced phase's bytes go: the largest instructions of the TPU compiler's optimised program.
 
-    python benchmarks/tpu_aot/op_bytes.py --method specblock --phase update [--topology v5p:2x2x1] [--top 15]
+    python benchmarks/tpu_aot/op_bytes.py --method specblock --phase update [--topology v5p:2x2x1] [--top 15] [--by-op]
 
 Compiles one decode phase as `specblock_jax.aot.price_method` does (Qwen3-8B preset, batch 1, context
 2048, layers unrolled) and lists the instructions of the optimised HLO (outside fused computations:
@@ -71,6 +71,7 @@ def main(argv=None) -> None:
     ap.add_argument("--topology", default="v5p:2x2x1")
     ap.add_argument("--target", default="qwen3-8b")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--by-op", action="store_true", help="also total the bytes by opcode and list the collectives")
     a = ap.parse_args(argv)
     cfg = load_target_config(a.target, None).replace(attention="full")
     topo = get_topology(a.topology)
@@ -90,6 +91,17 @@ def main(argv=None) -> None:
     print("| computation | instruction | op | operands MB | output MB |\n|---|---|---|---|---|")
     for comp, name, op, out_b, in_b in rows[:a.top]:
         print(f"| {comp} | {name} | {op} | {in_b / 1e6:.1f} | {out_b / 1e6:.1f} |")
+    if a.by_op:
+        by: dict[str, list] = {}
+        for _, _, op, out_b, in_b in rows:
+            acc = by.setdefault(op, [0, 0, 0])
+            acc[0], acc[1], acc[2] = acc[0] + 1, acc[1] + in_b, acc[2] + out_b
+        print("\n| op | count | operands MB | output MB |\n|---|---|---|---|")
+        for op, (n, in_b, out_b) in sorted(by.items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
+            print(f"| {op} | {n} | {in_b / 1e6:.1f} | {out_b / 1e6:.1f} |")
+        shapes = [ln.strip()[:160] for ln in compiled.as_text().splitlines()
+                  if re.search(r"= .*\b(all-gather|all-reduce|collective-permute|all-to-all|reduce-scatter)(-start)?\(", ln)]
+        print(f"\ncollectives ({len(shapes)}):", *shapes[:a.top], sep="\n  ")
 
 
 if __name__ == "__main__":
