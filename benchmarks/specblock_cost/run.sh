@@ -1,11 +1,13 @@
 #!/bin/sh
-# Issue 57 item 6: SpecBlock (the shipped, data-matched drafter) against EAGLE-3 at its shipped tree,
-# at the paper's (preset=paper) and at its best trees from grid.sh + grid_price.py (EXTRA: the
-# picks, e.g. ",assets/drafters/eagle3:depth=4:top_k=4:num_nodes=12"), on held-out (32), HumanEval
-# (24) and the sympy windows (32): T = 0 and 1, batch 1 and 8, 128 new tokens, 3 interleaved
-# rounds, priced for v5p:2x2x1 at Qwen3-8B shapes (estimates; SpecBlock's update by the run's mix
-# of row buckets). Run on an otherwise idle machine (CPU columns); PRICE= (empty) leaves the priced
-# columns out.   sh benchmarks/specblock_cost/run.sh
+# Issue 57 item 6: SpecBlock (the shipped, data-matched drafter) against EAGLE-3 at its shipped tree
+# and at the paper's (preset=paper), plus EXTRA methods (the grid's picks, e.g.
+# ",assets/drafters/eagle3:depth=3:top_k=4:num_nodes=8"), on held-out (32), HumanEval (24) and the
+# sympy windows (32), 128 new tokens, 3 interleaved rounds, on an otherwise idle machine.
+# TEMPS (default 0,1), BATCHES (default 1,8), SETS (default all three) narrow the run; PRICE= (empty)
+# leaves the priced columns out (default: priced for v5p:2x2x1 at Qwen3-8B shapes, estimates).
+# This session's runs (results.md):
+#   TEMPS=0 BATCHES=1 PRICE= EXTRA=,$E:depth=3:top_k=4:num_nodes=8,$S:num_nodes=8 sh run.sh
+#   TEMPS=1 BATCHES=1 SETS=heldout PRICE= sh run.sh;  TEMPS=0 BATCHES=8 SETS=heldout PRICE= sh run.sh
 set -e
 BENCH=${BENCH:-.venv/bin/specblock-bench}
 OUT=${OUT:-outputs/benchmarks/specblock_cost}
@@ -15,6 +17,11 @@ E=assets/drafters/eagle3; S=assets/drafters/specblock
 M=${METHODS:-ar,$E,$E:preset=paper,$S}$EXTRA
 B="--target assets/target --max-new-tokens 128 --rounds 3 --temperatures ${TEMPS:-0,1} --batch-size ${BATCHES:-1,8} \
   $PRICE --methods $M"
-$BENCH $B --limit 32 --prompts assets/prompts/heldout.jsonl --out-dir $OUT/heldout
-$BENCH $B --limit 24 --prompts assets/prompts/humaneval.jsonl --out-dir $OUT/humaneval
-$BENCH $B --limit 32 --prompts assets/prompts/shift_sympy.jsonl --out-dir $OUT/unseen_sympy
+for set in ${SETS:-heldout humaneval unseen_sympy}; do
+  case $set in
+    heldout) P="--limit 32 --prompts assets/prompts/heldout.jsonl";;
+    humaneval) P="--limit 24 --prompts assets/prompts/humaneval.jsonl";;
+    unseen_sympy) P="--limit 32 --prompts assets/prompts/shift_sympy.jsonl";;
+  esac
+  $BENCH $B $P --out-dir $OUT/$set${TAG}
+done

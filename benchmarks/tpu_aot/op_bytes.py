@@ -1,6 +1,6 @@
 """Where a priced phase's bytes go: the largest instructions of the TPU compiler's optimised program.
 
-    python benchmarks/tpu_aot/op_bytes.py --method specblock --phase update [--topology v5p:2x2x1] [--top 15] [--by-op]
+    python benchmarks/tpu_aot/op_bytes.py --method specblock --phase update [--topology v5p:2x2x1] [--top 15] [--by-op] [--row-bucket 9]
 
 Compiles one decode phase as `specblock_jax.aot.price_method` does (Qwen3-8B preset, batch 1, context
 2048, layers unrolled) and lists the instructions of the optimised HLO (outside fused computations:
@@ -20,6 +20,7 @@ import jax.numpy as jnp
 from specblock_jax.aot import cost, phases
 from specblock_jax.aot.presets import load_target_config, released_drafter
 from specblock_jax.aot.price import needed, run_chain
+from specblock_jax.drafters.common import forced_row_bucket
 from specblock_jax.aot.topology import get_topology, topology_mesh
 from specblock_jax.models.kv_cache import cache_length
 from specblock_jax.parallel.mesh import ShardingPlan
@@ -64,6 +65,26 @@ def instructions(hlo: str):
         yield comp, name, op, size[name], sum(size.get(o, 0) for o in operands)
 
 
+def copies_by_shape(hlo: str) -> list:
+    """[((op, output shape), (count, operand + output bytes))] of the copy and copy-start
+    instructions outside fused computations, most bytes first: layout changes and prefetches of
+    whole buffers (a KV cache copied into another layout on every call shows up here)."""
+    comp, acc = None, {}
+    for line in hlo.splitlines():
+        head = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+        if head and "=" not in line.split("{")[0]:
+            comp = head.group(2)
+            continue
+        m = re.match(r"^\s*(ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s(copy|copy-start)\(", line)
+        if m and comp is not None and "fused" not in comp:
+            shape = _SHAPE.search(m.group(2))
+            key = (m.group(3), f"{shape.group(1)}[{shape.group(2)}]" if shape else m.group(2)[:40])
+            n, b = acc.get(key, (0, 0))
+            out = shape_bytes(m.group(2))
+            acc[key] = (n + 1, b + out + (out // 2 if m.group(3) == "copy-start" else out))
+    return sorted(acc.items(), key=lambda kv: -kv[1][1])
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--method", default="specblock")
@@ -71,6 +92,8 @@ def main(argv=None) -> None:
     ap.add_argument("--topology", default="v5p:2x2x1")
     ap.add_argument("--target", default="qwen3-8b")
     ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--row-bucket", type=int, default=None,
+                    help="compile a row-switched update at the bucket holding this many rows only")
     ap.add_argument("--by-op", action="store_true", help="also total the bytes by opcode and list the collectives")
     a = ap.parse_args(argv)
     cfg = load_target_config(a.target, None).replace(attention="full")
@@ -79,8 +102,9 @@ def main(argv=None) -> None:
     drafter, dparams = released_drafter(a.method, cfg, None, None)
     dparams = phases.with_shardings(dparams, plan.param_shardings(dparams))
     variant = cost.Variant(cost.unrolled(cfg), drafter)
-    done = run_chain(variant, plan, 1, 2048, 256, cache_length(2048, 256, drafter.num_nodes), dparams,
-                     needed((a.phase,)))
+    with forced_row_bucket(a.row_bucket):
+        done = run_chain(variant, plan, 1, 2048, 256, cache_length(2048, 256, drafter.num_nodes), dparams,
+                         needed((a.phase,)))
     compiled = done[a.phase][0]
     rows = sorted(instructions(compiled.as_text()), key=lambda r: -(r[3] + r[4]))
     total = sum(r[3] + r[4] for r in rows)
@@ -102,6 +126,9 @@ def main(argv=None) -> None:
         shapes = [ln.strip()[:160] for ln in compiled.as_text().splitlines()
                   if re.search(r"= .*\b(all-gather|all-reduce|collective-permute|all-to-all|reduce-scatter)(-start)?\(", ln)]
         print(f"\ncollectives ({len(shapes)}):", *shapes[:a.top], sep="\n  ")
+        print("\n| copies of one shape (outside fusions) | count | bytes read + written MB |\n|---|---|---|")
+        for (op, shape), (n, b) in copies_by_shape(compiled.as_text())[:a.top]:
+            print(f"| {op} {shape} | {n} | {b / 1e6:.1f} |")
 
 
 if __name__ == "__main__":
