@@ -94,7 +94,7 @@ from specblock_jax.drafters import registry
 from specblock_jax.serving.calibrate import calibrate, default_grid, with_setting
 from specblock_jax.serving.methods import Method, split_adapt, weightless_kinds
 
-from .bench_price import PriceSpec, Pricer, price_all
+from .bench_price import PriceSpec, Pricer, price_all, summed_commit_hist
 from .bench_report import closing_lines, compare, replot, table, write_results
 from .decode import (DEFAULT_TARGET, add_cache_flags, at_least, check_flags, cli_method, load_target, make_adapter,
                      show_compiles, usage_error, use_cache_flags)
@@ -200,15 +200,6 @@ def step_figures(prof: dict, tau_run: float, is_ar: bool) -> tuple:
     ideal = ideal_speedup(tau_run, prof["forward_1_ms"], prof["tree_forward_ms"], prof["verify_ms"]) \
         if prof["forward_1_ms"] is not None else None
     return draft, verify, ideal
-
-
-def summed_commit_hist(results) -> list[int] | None:
-    """The rows' `stats.commit_hist` summed (steps by the most tokens their batch committed: what a
-    row-switched update is priced by), or None where a row has none or their lengths differ."""
-    hists = [r.stats.commit_hist for r in results]
-    if not hists or any(h is None for h in hists) or len({len(h) for h in hists}) != 1:
-        return None
-    return [int(x) for x in np.sum(hists, axis=0)]
 
 
 def batch_taus(results) -> list[float]:

@@ -247,3 +247,12 @@ def price_all(pricer: Pricer, drafters: list, labels: list[str], batch_sizes: li
             name = f"{json.dumps(shape, sort_keys=True)} batch {batch}"
             print(f"batch {batch} {label}: {json.dumps({k: round(v, 4) for k, v in ms.items()})} "
                   f"({pricer.sources[name]})", flush=True)
+
+
+def summed_commit_hist(results) -> list[int] | None:
+    """The rows' `stats.commit_hist` summed (steps by the most tokens their batch committed: what a
+    row-switched update is priced by), or None where a row has none or their lengths differ."""
+    hists = [r.stats.commit_hist for r in results]
+    if not hists or any(h is None for h in hists) or len({len(h) for h in hists}) != 1:
+        return None
+    return [int(sum(col)) for col in zip(*hists)]

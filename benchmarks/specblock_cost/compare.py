@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from grid_price import CHAIN, update_rows
 from specblock_jax.drafters.common import bucket_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 RUNS = ROOT / "outputs/benchmarks/specblock_cost"
-SETS = ("heldout", "humaneval", "unseen_sympy")
-CHAIN = ("propose", "tree_forward", "verify_commit", "update")
-UPDATE_ROWS = {"specblock": lambda m: (3 if "max_blocks=3" in m else 2) * 4 + 1}  # max_blocks x K + 1
 
 
 def priced(method: str, row: dict, grid: dict, target_ms: float) -> dict:
@@ -29,13 +27,13 @@ def priced(method: str, row: dict, grid: dict, target_ms: float) -> dict:
     if p is None:
         return {}
     ph = dict(p["phases"])
-    kind = method.split(":")[0]
-    if kind in UPDATE_ROWS and row.get("commit_hist"):
+    rows = update_rows(method)
+    if rows is not None and row.get("commit_hist"):
         by = p["update_by_bucket"]
         steps: dict[str, int] = {}
         for count, n in enumerate(row["commit_hist"]):
             if n and count:
-                b = str(bucket_of(count, UPDATE_ROWS[kind](method)))
+                b = str(bucket_of(count, rows))
                 steps[b] = steps.get(b, 0) + n
         if not set(steps) <= set(by):
             return {}

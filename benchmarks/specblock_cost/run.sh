@@ -5,9 +5,7 @@
 # sympy windows (32), 128 new tokens, 3 interleaved rounds, on an otherwise idle machine.
 # TEMPS (default 0,1), BATCHES (default 1,8), SETS (default all three) narrow the run; PRICE= (empty)
 # leaves the priced columns out (default: priced for v5p:2x2x1 at Qwen3-8B shapes, estimates).
-# This session's runs (results.md):
-#   TEMPS=0 BATCHES=1 PRICE= EXTRA=,$E:depth=3:top_k=4:num_nodes=8,$S:num_nodes=8 sh run.sh
-#   TEMPS=1 BATCHES=1 SETS=heldout PRICE= sh run.sh;  TEMPS=0 BATCHES=8 SETS=heldout PRICE= sh run.sh
+# This session's runs: the commands in results.md ("Item 6").
 set -e
 BENCH=${BENCH:-.venv/bin/specblock-bench}
 OUT=${OUT:-outputs/benchmarks/specblock_cost}

@@ -42,17 +42,24 @@ def shape_bytes(text: str) -> int:
     return total
 
 
-def instructions(hlo: str):
-    """(computation, name, opcode, output bytes, operand bytes) of every instruction outside fused
-    computations; an operand's bytes are the output bytes of the instruction it names."""
-    comp, size, rows = None, {}, []
+def lines_by_computation(hlo: str):
+    """(computation name, line) of every instruction line of the HLO text."""
+    comp = None
     for line in hlo.splitlines():
         head = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
         if head and "=" not in line.split("{")[0]:
             comp = head.group(2)
-            continue
+        elif comp is not None:
+            yield comp, line
+
+
+def instructions(hlo: str):
+    """(computation, name, opcode, output bytes, operand bytes) of every instruction outside fused
+    computations; an operand's bytes are the output bytes of the instruction it names."""
+    size, rows = {}, []
+    for comp, line in lines_by_computation(hlo):
         m = _INSTR.match(line)
-        if not m or comp is None:
+        if not m:
             continue
         _, name, out, op, rest = m.groups()
         size[name] = shape_bytes(out)
@@ -66,22 +73,18 @@ def instructions(hlo: str):
 
 
 def copies_by_shape(hlo: str) -> list:
-    """[((op, output shape), (count, operand + output bytes))] of the copy and copy-start
+    """[((op, buffer shape), (count, bytes read + written))] of the copy and copy-start
     instructions outside fused computations, most bytes first: layout changes and prefetches of
     whole buffers (a KV cache copied into another layout on every call shows up here)."""
-    comp, acc = None, {}
-    for line in hlo.splitlines():
-        head = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
-        if head and "=" not in line.split("{")[0]:
-            comp = head.group(2)
-            continue
+    acc = {}
+    for comp, line in lines_by_computation(hlo):
         m = re.match(r"^\s*(ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s(copy|copy-start)\(", line)
-        if m and comp is not None and "fused" not in comp:
-            shape = _SHAPE.search(m.group(2))
-            key = (m.group(3), f"{shape.group(1)}[{shape.group(2)}]" if shape else m.group(2)[:40])
+        if m and "fused" not in comp:
+            shape = _SHAPE.search(m.group(2))  # a copy-start's output tuple starts with its destination
+            key = (m.group(3), f"{shape.group(1)}[{shape.group(2)}]")
             n, b = acc.get(key, (0, 0))
-            out = shape_bytes(m.group(2))
-            acc[key] = (n + 1, b + out + (out // 2 if m.group(3) == "copy-start" else out))
+            buffer = shape_bytes(shape.group(0))
+            acc[key] = (n + 1, b + 2 * buffer)  # the buffer read and written once
     return sorted(acc.items(), key=lambda kv: -kv[1][1])
 
 
