@@ -49,13 +49,15 @@ def output_name(row: dict) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    """The measured columns, then (with `--price`: rows carrying priced_step_ms) the priced ones."""
+    """The measured columns, then (with `--price`: rows carrying priced_step_ms) the priced ones.
+    The step profile's "ideal speedup" (and achieved / ideal) stay in results.json only: timed phase
+    by phase on a shared CPU they differ between identical decodes (issue 64), so no table shows them."""
     priced = any("priced_step_ms" in r for r in rows)
-    head = ("| T | batch | method | tau median [min, max] | tokens/s | speedup [round min-max] | ideal speedup "
-            "| achieved / ideal | draft ms/token | draft share | draft fwd/token | verify ms/step | 1-token fwd ms "
+    head = ("| T | batch | method | tau median [min, max] | tokens/s | speedup [round min-max] "
+            "| draft ms/token | draft share | draft fwd/token | verify ms/step | 1-token fwd ms "
             "| same as ar | compile s | calibrated (s) | adapt s (updates/decisions) |"
             + (" priced step ms | priced speedup | priced draft ms/token |" if priced else "")
-            + "\n" + "|---" * (17 + 3 * priced) + "|")
+            + "\n" + "|---" * (15 + 3 * priced) + "|")
     lines = [head]
     for r in rows:
         cells = (f" {_num(r.get('priced_step_ms'), digits=3)} | {_num(r.get('priced_speedup'), 'x')} | "
@@ -63,7 +65,6 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['temperature']:g} | {r['batch_size']} | {r['method']} | {r['tau_median']:.2f} [{r['tau_min']:.2f}, "
             f"{r['tau_max']:.2f}] | {r['tokens_per_s']:.1f} | {speedup_cell(r)} | "
-            f"{_num(r.get('ideal_speedup'), 'x')} | {_num(r.get('achieved_over_ideal'))} | "
             f"{_num(_scaled(r['draft_s_per_token'], 1000), digits=3)} | {_num(_scaled(r['draft_share'], 100), '%', 1)} | "
             f"{r['draft_forwards_per_token']:.2f} | {_num(r.get('verify_ms_per_step'), digits=3)} | "
             f"{_num(r.get('forward_1_ms'), digits=3)} | "
@@ -167,8 +168,8 @@ def replot(out_dir: Path) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Pooled speedup per method (error bars: the per-round min-max; ticks: the ideal speedup) and
-    tau, one bar per (temperature, batch size)."""
+    """Pooled speedup per method (error bars: the per-round min-max) and tau, one bar per
+    (temperature, batch size)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -185,10 +186,6 @@ def plot(rows: list[dict], path: Path) -> None:
         spread = np.asarray([[s - min(sub[m]["round_speedups"]), max(sub[m]["round_speedups"]) - s]
                              for s, m in zip(speedup, methods)]).T
         axes[0].bar(x, speedup, width, yerr=spread, capsize=3, label=f"T={t:g}, batch {b}")
-        ideal = [sub[m].get("ideal_speedup") for m in methods]
-        if any(v is not None for v in ideal):  # the speedup with free drafting, as a tick
-            axes[0].scatter(x, [np.nan if v is None else v for v in ideal], marker="_", s=300, color="black",
-                            label="ideal (free drafting)" if k == 0 else None)
         axes[1].bar(x, [sub[m]["tau_median"] for m in methods], width, label=f"T={t:g}, batch {b}")
     titles = ("speedup vs target-only (pooled; bars: round min-max)", "tau (median over prompts)")
     for ax, title in zip(axes, titles):

@@ -65,9 +65,10 @@ def test_bench_writes_results_table_and_plot(tiny_ckpt, tmp_path, capsys):
     md = (out / "results.md").read_text()
     assert "| 0 | 2 | prompt_lookup |" in md and "4 prompts in 3 rounds" in md
     assert f"| {bench_report.speedup_cell(pl0)} |" in md
-    for column in ("speedup [round min-max]", "ideal speedup", "achieved / ideal", "draft ms/token", "verify ms/step", "1-token fwd ms",
-                   "calibrated (s)"):
+    for column in ("speedup [round min-max]", "draft ms/token", "verify ms/step", "1-token fwd ms", "calibrated (s)"):
         assert f"| {column} |" in md
+    # the step profile's ideal speedup is noise on a shared CPU (issue 64): results.json keeps it, no table shows it
+    assert "| ideal speedup |" not in md and "| achieved / ideal |" not in md
     assert rows[4]["speedup"] == 1.0 and rows[5]["same_as_ar"] == 1.0  # batch 3 has its own baseline
     assert (out / "speedup.png").read_bytes()[:4] == b"\x89PNG"
     lines = (out / "outputs_prompt_lookup_T0_b2.jsonl").read_text().splitlines()
