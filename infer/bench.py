@@ -148,7 +148,7 @@ def oracle_method(served: Method, folder: str, target, method: str) -> Method:
     ties to the training block size), served as the policy is (per-row sizes in one loop)."""
     import dataclasses
 
-    from specblock_jax.training.prompts import encode_prompts
+    from specblock_jax.decoding.prompts import encode_prompts
     from specblock_jax.drafters.blockpilot import BlockPilotDrafter
     from specblock_jax.drafters.blockpilot._labels import oracle_table
 

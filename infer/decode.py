@@ -49,7 +49,7 @@ from tqdm import tqdm
 import specblock_jax as sbj
 from specblock_jax import checks, parallel
 from specblock_jax.serving import methods
-from specblock_jax.training.prompts import encode_prompts
+from specblock_jax.decoding.prompts import encode_prompts
 from specblock_jax.training import chat
 
 log = logging.getLogger("specblock-decode")

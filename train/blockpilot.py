@@ -42,9 +42,9 @@ import numpy as np
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax.training.prompts import encode_prompts
+from specblock_jax.decoding.prompts import encode_prompts
 from specblock_jax.serving.prompt_profile import median_step_profile
-from specblock_jax.training.prompts import read_prompts
+from specblock_jax.decoding.prompts import read_prompts
 from specblock_jax.decoding.step_profile import step_ms
 from specblock_jax.drafters.blockpilot import (BlockPilotTask, PolicyData, apply_config, label_dflash, label_source,
                                                parsers, prefill_features, read_labels, summarise,

@@ -49,7 +49,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax.training.prompts import encode_prompts
+from specblock_jax.decoding.prompts import encode_prompts
 from specblock_jax.training import chat
 from specblock_jax.training.regen_dataset import MODES, build_tfds, built_splits, read_records
 

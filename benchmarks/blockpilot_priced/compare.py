@@ -61,7 +61,7 @@ def policy_choices(drafter_dir: Path, table: dict) -> dict[str, np.ndarray]:
     from flax import nnx
 
     import specblock_jax as sbj
-    from specblock_jax.training.prompts import read_prompts
+    from specblock_jax.decoding.prompts import read_prompts
     from specblock_jax.drafters.blockpilot import prefill_features
 
     target = sbj.load_target("assets/target")

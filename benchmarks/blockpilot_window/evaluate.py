@@ -44,7 +44,7 @@ from flax import nnx
 
 import specblock_jax as sbj
 from specblock_jax.drafters.blockpilot import PolicyConfig, features, init_policy, prefill_features, save_blockpilot
-from specblock_jax.training.prompts import read_prompts
+from specblock_jax.decoding.prompts import read_prompts
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 import specblock_jax as sbj
-from specblock_jax.training.prompts import encode_prompts
+from specblock_jax.decoding.prompts import encode_prompts
 from specblock_jax.serving.prompt_profile import median_step_profile
 from specblock_jax.decoding.step_profile import step_ms
 from specblock_jax.drafters.common import init_model, target_head

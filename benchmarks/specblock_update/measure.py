@@ -32,7 +32,7 @@ DRAFTERS = {"specblock": ROOT / "assets/drafters/specblock", "eagle3": ROOT / "a
 def one_round(args) -> dict:
     import specblock_jax as sbj
     from specblock_jax.serving.prompt_profile import median_step_profile
-    from specblock_jax.training.prompts import encode_prompts
+    from specblock_jax.decoding.prompts import encode_prompts
 
     target = sbj.load_target(ROOT / "assets/target")
     records, _ = sbj.read_prompts(ROOT / "assets/prompts/heldout.jsonl")

@@ -14,7 +14,7 @@ from specblock_jax import checks
 from specblock_jax.decoding.options import DecodeOptions
 from specblock_jax.decoding.sampling import Sampling
 from specblock_jax.models.target import Target
-from specblock_jax.training.prompts import encode_prompts
+from specblock_jax.decoding.prompts import encode_prompts
 
 MAX_STOP_TOKENS = 8
 

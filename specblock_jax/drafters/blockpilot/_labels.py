@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specblock_jax.training.prompts import read_prompts
+from specblock_jax.decoding.prompts import read_prompts
 
 
 def oracle_labels(score: np.ndarray, sizes: list[int], prefer: int | None = None) -> list[int]:
