@@ -202,7 +202,7 @@ def loop_cache_shapes(plan, tgt, b: int = 4, p: int = 16, s: int = 96) -> dict[s
     import re
 
     from specblock_jax.decoding.loop import decode_loop, make_loop
-    from specblock_jax.decoding.prefill import LoopInputs
+    from specblock_jax.decoding.loop_core import LoopInputs
     from specblock_jax.decoding.sampling import SamplingParams
     from specblock_jax.parallel.decoding import run_sharded
 

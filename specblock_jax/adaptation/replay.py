@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.decoding.prefill import step_keys
+from specblock_jax.decoding.loop_core import step_keys
 from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.trees.tree import ancestor_mask, depths
 from specblock_jax.trees.verify import accept_greedy

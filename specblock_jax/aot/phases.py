@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from specblock_jax.decoding.autoregressive import TargetState
-from specblock_jax.decoding.prefill import LoopInputs, step_keys
+from specblock_jax.decoding.loop_core import LoopInputs, step_keys
 from specblock_jax.decoding.sampling import SamplingParams
 from specblock_jax.decoding.speculative import SpeculativeState
 from specblock_jax.drafters.base import DraftContext
@@ -33,7 +33,7 @@ def context(s: SpeculativeState) -> DraftContext:
 def target_state(s: SpeculativeState, max_new: int) -> TargetState:
     """The target-only loop's state at the speculative state's point (target_step at that cache)."""
     out = jnp.full((s.out.shape[0], max_new), -1, jnp.int32)
-    return TargetState(step=s.step, last=s.root, generated=s.generated, out=out, done=s.done, stopped=s.stopped,
+    return TargetState(step=s.step, root=s.root, generated=s.generated, out=out, done=s.done, stopped=s.stopped,
                        cache=s.cache, budgets=s.budgets, sampling=s.sampling, keys=s.keys)
 
 
@@ -46,7 +46,7 @@ def prefill(loop, plan, params, dparams, inputs: LoopInputs):
 
 def target_step(loop, plan, params, state: TargetState, stop_ids):
     with use_plan(plan):
-        return loop.step(params, state, stop_ids)
+        return loop.step(params, (), state, stop_ids)
 
 
 def propose(loop, plan, dparams, dstate, ctx: DraftContext, keys, step):

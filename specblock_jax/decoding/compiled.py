@@ -85,9 +85,7 @@ def _describe(fn: Callable, static: tuple) -> str:
     loop = next((s for s in static if hasattr(s, "cache_len") and hasattr(s, "max_new")), None)
     if loop is None:
         return name
-    drafter = getattr(loop, "drafter", None)
-    kind = "target-only" if drafter is None else getattr(drafter, "kind", type(drafter).__name__)
-    return f"{kind} {name}, cache {loop.cache_len}"
+    return f"{loop.label} {name}, cache {loop.cache_len}"
 
 
 def _count_lines(path: str) -> int | None:

@@ -10,7 +10,6 @@ runs the prefill apart and each batch's loop at its rows' largest size (decoding
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Callable, Sequence
 
@@ -21,13 +20,13 @@ import numpy as np
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.job import MAX_STOP_TOKENS, JobSettings, Request, held
 from specblock_jax.decoding.loop import DecodeLoop, decode_loop, finish_loop, make_loop
-from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
+from specblock_jax.decoding.loop_core import LoopInputs, LoopOutput
 from specblock_jax.decoding.refill import Finished, Stream, one_more_step, pack_rows, pow2_at_least
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
-from specblock_jax.decoding.sized import is_sized, settle
+from specblock_jax.decoding.sized import settle
 from specblock_jax.decoding.step_profile import draft_seconds_per_step, step_profile
-from specblock_jax.drafters.base import LoadedDrafter
-from specblock_jax.models.kv_cache import cache_length, length_bucket
+from specblock_jax.drafters.base import DecodeAdapter, LoadedDrafter, conform
+from specblock_jax.models.kv_cache import length_bucket
 from specblock_jax.models.target import Target
 from specblock_jax.parallel.decoding import DecodeLayout, run_sharded
 
@@ -44,11 +43,14 @@ def decode(target: Target, requests: Sequence[Request], drafter: LoadedDrafter |
     refill = options.refill
     if refill is None:
         refill = options.mesh is None and len(requests) > bsz
+    if adapter is not None:
+        conform(adapter, DecodeAdapter, "adapter")
+    d, dparams = drafter if drafter is not None else (None, ())  # make_loop tells the two apart
     if refill:
         if options.mesh is not None:
             raise ValueError("refill: continuous batching does not run under a mesh yet; pass refill=False")
-        return _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch)
-    return _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch)
+        return _decode_stream(target, requests, d, dparams, options, bsz, adapter, on_batch)
+    return _decode_batches(target, requests, d, dparams, options, bsz, adapter, on_batch)
 
 
 def _stop_array(options: JobSettings) -> jax.Array:
@@ -62,23 +64,20 @@ def two_tokens(inputs: LoopInputs) -> LoopInputs:
     return inputs._replace(budgets=jnp.minimum(inputs.budgets, 2))
 
 
-def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) -> list[GenerationResult]:
+def _decode_batches(target, requests, d, dparams, options, bsz, adapter, on_batch) -> list[GenerationResult]:
     """Static batches of `bsz` rows, similar prompt lengths together; the last batch padded."""
     base_key = jax.random.key(options.seed)
     stop_arr = _stop_array(options)
     order = sorted(range(len(requests)), key=lambda i: len(requests[i].tokens))  # similar lengths share a batch
     results: list[GenerationResult | None] = [None] * len(requests)
     pad = list(requests) or [Request(0, [0], 1, 0.0, 0)]  # a host with no prompts still joins every batch
-    d, dparams = drafter if drafter is not None else (None, ())
     params, layout = target.params, None
     if options.mesh is not None:
         layout = DecodeLayout(options.mesh, bsz or 1)
         bsz = layout.batch_size
         if jax.process_count() > 1:
             base_key = jax.random.fold_in(base_key, jax.process_index())
-        params = layout.put(target.params)
-        if drafter is not None:
-            dparams = layout.put(dparams)
+        params, dparams = layout.put(target.params), layout.put(dparams)
     max_new = max(r.budget for r in pad)  # static: one compilation serves every budget up to it
     num_batches = -(-len(order) // bsz) if bsz else 0
     if layout is not None:
@@ -92,12 +91,11 @@ def _decode_batches(target, requests, drafter, options, bsz, adapter, on_batch) 
             greedy, bucket = layout.agree_all(greedy), layout.agree_max(bucket)[0]
         inputs = pack_rows([r.tokens for r in rows], [r.budget for r in rows], [r.temperature for r in rows],
                            [r.key for r in rows], bucket, base_key, options.top_k, options.top_p, stop_arr)
-        loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d,
-                         cache_len=cache_length(bucket, max_new, 0 if d is None else d.num_nodes), max_new=max_new,
+        loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d, prompt_len=bucket, max_new=max_new,
                          greedy=greedy, collect=adapter is not None)
         loop_dparams = adapter.params if adapter is not None else dparams
         sizes = None
-        if layout is None and is_sized(d):  # the prefill apart: its rows' sizes pick the loop (decoding/sized.py)
+        if layout is None and loop.sized:  # the prefill apart: its rows' sizes pick the loop (decoding/sized.py)
             ran, sizes, loop, compile_s, wall = _start_then_finish(loop, params, loop_dparams, inputs, rows)
             t0 = time.perf_counter()
         else:
@@ -148,7 +146,7 @@ def _start_then_finish(loop, params, dparams, inputs: LoopInputs, rows: Sequence
     size), one host read of the rows' chosen sizes, then the decoding steps in the loop at the
     largest of them (decoding/sized.py). Returns (the loop's output on the device, sizes [B], the
     loop that ran, compile seconds, wall seconds so far without compilation)."""
-    start_loop = dataclasses.replace(loop, greedy=False)  # the prefill never verifies (shared with refill's)
+    start_loop = loop.prefill_loop  # shared with refill's
     exe, compile_s = compiled(type(start_loop).start, (start_loop,), params, dparams, inputs, warm=lambda args: args)
     t0 = time.perf_counter()
     state = exe(params, dparams, inputs)
@@ -160,15 +158,12 @@ def _start_then_finish(loop, params, dparams, inputs: LoopInputs, rows: Sequence
     return ran, sizes, loop, compile_s + seconds, time.perf_counter() - t0 - seconds
 
 
-def _decode_stream(target, requests, drafter, options, bsz, adapter, on_batch) -> list[GenerationResult]:
+def _decode_stream(target, requests, d, dparams, options, bsz, adapter, on_batch) -> list[GenerationResult]:
     """Continuous batching (decoding/refill.py): one stream of `bsz` rows, longest budget first."""
-    d, dparams = drafter if drafter is not None else (None, ())
-    n = 0 if d is None else d.num_nodes
     bucket = length_bucket(max(len(r.tokens) for r in requests))
     max_new = max(r.budget for r in requests)
-    loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d, cache_len=cache_length(bucket, max_new, n),
-                     max_new=max_new, greedy=all(r.temperature <= 0 for r in requests),
-                     collect=adapter is not None, hist_size=bucket + max_new + n)
+    loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d, prompt_len=bucket, max_new=max_new,
+                     greedy=all(r.temperature <= 0 for r in requests), collect=adapter is not None, stream=True)
     stream = Stream(loop, target.params, dparams, batch_size=bsz, top_k=options.top_k, top_p=options.top_p,
                     stop_ids=_stop_array(options), base_key=jax.random.key(options.seed), bucket=length_bucket,
                     wake_rows=options.refill_rows)
@@ -215,10 +210,10 @@ def _result(target, new: list[int], stats: GenerationStats, prof, profile: str, 
 def _profile(target, loop: DecodeLoop, dparams, adapter, inputs: LoopInputs, profile: str):
     """(seconds of one batched propose + update or None, the step profile or None) of the loop
     `loop` on `inputs`' rows; see `generate`'s profile."""
-    if loop.drafter is not None and profile == "off":
-        return None, None
-    if loop.drafter is None and profile != "all":
+    if not loop.draft_phases and profile != "all":  # target-only: no drafting to time
         return 0.0, None
+    if profile == "off":
+        return None, None
     if adapter is not None:
         dparams = adapter.params
     prof = step_profile(loop, target.params, dparams, inputs,

@@ -9,7 +9,7 @@
     state = loop.run(target.params, drafter_params, state, inputs.stop_ids, jnp.int32(0))
     out = loop.output(state)                                    # a LoopOutput
 
-`inputs` is a `LoopInputs` (decoding/prefill.py). A loop is frozen and hashable: jit sees it as a
+`inputs` is a `LoopInputs` (decoding/loop_core.py). A loop is frozen and hashable: jit sees it as a
 static argument, and it is part of `compiled`'s cache key, so equal settings share one executable.
 The stages take only parameters, the loop state and traced values.
 """
@@ -21,17 +21,33 @@ from typing import Any
 import jax.numpy as jnp
 
 from specblock_jax.decoding.autoregressive import TargetLoop
-from specblock_jax.decoding.prefill import LoopInputs, LoopOutput
+from specblock_jax.decoding.loop_core import LoopInputs, LoopOutput
 from specblock_jax.decoding.speculative import SpeculativeLoop
 from specblock_jax.models.config import ModelConfig
+from specblock_jax.models.kv_cache import cache_length
 
 DecodeLoop = TargetLoop | SpeculativeLoop
 
 
-def make_loop(*, graphdef: Any, cfg: ModelConfig, drafter: Any = None, cache_len: int, max_new: int,
-              greedy: bool = False, collect: bool = False, hist_size: int = 0) -> DecodeLoop:
+def make_loop(*, graphdef: Any, cfg: ModelConfig, drafter: Any = None, max_new: int, cache_len: int | None = None,
+              prompt_len: int | None = None, greedy: bool = False, collect: bool = False,
+              hist_size: int = 0, stream: bool = False) -> DecodeLoop:
     """A `SpeculativeLoop` with a drafter, else a `TargetLoop` (which reads neither greedy nor
-    hist_size: its rows sample at their own temperatures, so equal loops stay equal)."""
+    hist_size: its rows sample at their own temperatures, so equal loops stay equal). The cache
+    holds `cache_len` slots, or, given the prompt bucket `prompt_len` instead, room for it, max_new
+    and a tree (models/kv_cache.py `cache_length`). A continuous-batching `stream`'s history is as
+    wide as its prompt bucket's (prompt_len + max_new + N), so rows from shorter buckets fit.
+    This is the one place that tells target-only
+    decoding from speculation: past it, callers use the loop's own methods."""
+    if (cache_len is None) == (prompt_len is None):
+        raise ValueError("make_loop: give cache_len or prompt_len, not both")
+    nodes = 0 if drafter is None else drafter.num_nodes
+    if cache_len is None:
+        cache_len = cache_length(prompt_len, max_new, nodes)
+    if stream:
+        if prompt_len is None:
+            raise ValueError("make_loop: a stream's loop needs its prompt bucket, prompt_len")
+        hist_size = prompt_len + max_new + nodes
     if drafter is None:
         if collect:
             raise ValueError("collect needs a drafter (target-only decoding has no features)")

@@ -18,7 +18,6 @@ batch on axis 0, and its other dimensions depend on the static `max_len` only, n
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -28,9 +27,9 @@ import numpy as np
 
 from specblock_jax.decoding.compiled import compiled
 from specblock_jax.decoding.loop import DecodeLoop
-from specblock_jax.decoding.prefill import LoopInputs
+from specblock_jax.decoding.loop_core import LoopInputs
 from specblock_jax.decoding.sampling import SamplingParams
-from specblock_jax.decoding.sized import is_sized, settle
+from specblock_jax.decoding.sized import settle
 from specblock_jax.models.kv_cache import KVCache
 
 
@@ -124,8 +123,7 @@ class Stream:
         if not 1 <= wake_rows <= batch_size:
             raise ValueError(f"refill_rows must be between 1 and the batch size {batch_size}, got {wake_rows}")
         self.loop, self.params, self.drafter_params = loop, params, drafter_params
-        # the prefill never verifies: greedy and sampled streams of one shape share their start
-        self.start_loop = dataclasses.replace(loop, greedy=False) if loop.drafter is not None else loop
+        self.start_loop = loop.prefill_loop  # greedy and sampled streams of one shape share their start
         self.b, self.bucket, self.top_k, self.top_p = batch_size, bucket, top_k, top_p
         self.stop_ids, self.base_key, self.wake_rows = stop_ids, base_key, wake_rows
         self.segments = 0
@@ -157,7 +155,7 @@ class Stream:
         state = state._replace(done=state.done | (jnp.arange(self.b) >= len(take)))  # rows with no request
         holder[:len(take)] = take
         sizes = None
-        if is_sized(loop.drafter):  # the segment's loop at its live rows' largest size (decoding/sized.py)
+        if loop.sized:  # the segment's loop at its live rows' largest size (decoding/sized.py)
             state, sizes, loop = settle(self.loop, state, range(len(take)), [r.tokens for r in take],
                                         range(len(take)))
         while any(h is not None for h in holder):
@@ -175,8 +173,9 @@ class Stream:
             free = [r for r in range(self.b) if holder[r] is not None and done[r]]
             out, generated = np.asarray(state.out)[free], np.asarray(state.generated)[free]
             stopped = np.asarray(state.stopped)[free]
-            forwards = np.asarray(state.generated - 1 if loop.drafter is None else state.forwards)[free]
-            commits = None if loop.drafter is None else np.asarray(state.commits)[free]
+            forwards = np.asarray(loop.forwards(state))[free]
+            commits = loop.commits(state)
+            commits = None if commits is None else np.asarray(commits)[free]
             finished = [Finished(holder[r].index, out[j, :generated[j]].tolist(), bool(stopped[j]),
                                  int(forwards[j]), self.segments, wall, compile_s, steps,
                                  None if sizes is None else int(sizes[r]),

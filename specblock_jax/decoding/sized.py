@@ -1,13 +1,10 @@
 """Per-row sizes chosen at the prefill: a drafter whose rows each pick a size after the prompt
 (BlockPilot's block size) decodes a batch in one loop compiled at the batch's largest choice.
 
-A sized drafter has
-    at_size(size: int) -> drafter          the same drafter in a loop of static size `size`
-                                           (same params, same state shapes; rows that chose
-                                           less are masked to their own size)
-    row_sizes(state) -> [B] int32          each row's chosen size, from its drafter state
-    with_row_sizes(state, sizes [B]) -> state
-    given_sizes(ids) -> list[int] | None   sizes given on the host by prompt (an oracle), or None
+A sized drafter is a `SizedDrafter` (drafters/base.py): at_size(size) gives the same drafter in
+a loop of static size `size` (same params, same state shapes; rows that chose less are masked to
+their own size), row_sizes / with_row_sizes read and write each row's choice in its state, and
+given_sizes(ids) gives sizes on the host by prompt (an oracle), or None.
 
 The batch's loop starts with the drafter at its largest size (the prefill and `init_state`, where
 each row chooses: one prefill), the host reads the rows' sizes once (`settle`), and the decoding
@@ -24,9 +21,16 @@ from typing import Any, Sequence
 import jax.numpy as jnp
 import numpy as np
 
+from specblock_jax.drafters.base import SizedDrafter, conform
+
 
 def is_sized(drafter: Any) -> bool:
-    return drafter is not None and callable(getattr(drafter, "at_size", None))
+    """Whether `drafter` chooses sizes per row: it has `at_size`, and then it must be a whole
+    `SizedDrafter` (drafters/base.py; a TypeError names what it lacks)."""
+    if not hasattr(drafter, "at_size"):
+        return False
+    conform(drafter, SizedDrafter, "a drafter with at_size")
+    return True
 
 
 def settle(loop, state, rows: Sequence[int], tokens: Sequence[Sequence[int]], live: Sequence[int]):

@@ -19,14 +19,16 @@ forward's accepted path: free training labels for serving-time adaptation (no ex
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from specblock_jax.decoding.prefill import LoopInputs, LoopOutput, prefill, step_keys, until_done
+from specblock_jax.decoding.autoregressive import TargetState
+from specblock_jax.decoding.loop_core import LoopInputs, LoopOutput, prefill, step_keys, until_done
 from specblock_jax.decoding.sampling import SamplingParams, sampling_logprobs
-from specblock_jax.drafters.base import DraftContext, Prefill
+from specblock_jax.decoding.sized import is_sized
+from specblock_jax.drafters.base import DraftContext, Prefill, advance_state
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.transformer import apply
@@ -103,10 +105,54 @@ class SpeculativeLoop:
     """S, the history's width: 0 = P + max_new + N of the rows started; a continuous-batching
     stream sets its prompt bucket's, so rows from shorter buckets fit."""
 
+    draft_phases: ClassVar[tuple[str, ...]] = ("propose", "update")  # the step profile's drafting phases
+    profile_phases: ClassVar[tuple[str, ...]] = ("propose", "update", "tree_forward", "verify", "forward_1")
+
     @property
     def num_nodes(self) -> int:
         """N, the nodes of every draft tree."""
         return self.drafter.num_nodes
+
+    @property
+    def label(self) -> str:
+        """What progress lines call the loop: its drafter's kind."""
+        return getattr(self.drafter, "kind", type(self.drafter).__name__)
+
+    @property
+    def sized(self) -> bool:
+        """Whether rows choose their size at the prefill (a `SizedDrafter`, decoding/sized.py)."""
+        return is_sized(self.drafter)
+
+    @property
+    def prefill_loop(self) -> "SpeculativeLoop":
+        """The loop whose `start` the prefill runs in: the prefill never verifies, so greedy and
+        sampled loops of one shape share it (greedy=False)."""
+        return dataclasses.replace(self, greedy=False)
+
+    def forwards(self, state: SpeculativeState) -> jax.Array:
+        """[B] verification forwards per row while it ran."""
+        return state.forwards
+
+    def commits(self, state: SpeculativeState) -> jax.Array:
+        """[B, N + 1] the row's steps by the batch's most committed tokens (`SpeculativeState`)."""
+        return state.commits
+
+    def for_profile(self) -> "SpeculativeLoop":
+        """The loop the step profile times: this one without the adapter's labels (collect) and
+        with the default history width."""
+        return dataclasses.replace(self, collect=False, hist_size=0)
+
+    def target_state(self, s: SpeculativeState) -> TargetState:
+        """The target-only loop's state at the same point (the step profile's forward_1 at this
+        loop's cache)."""
+        out = jnp.full((s.out.shape[0], self.max_new), -1, jnp.int32)
+        return TargetState(step=s.step, root=s.root, generated=s.generated, out=out, done=s.done, stopped=s.stopped,
+                           cache=s.cache, budgets=s.budgets, sampling=s.sampling, keys=s.keys)
+
+    def advance(self, s: SpeculativeState, offset: int) -> SpeculativeState:
+        """The step profile's mid-decode state (decoding/step_profile.py): the history and the
+        drafter state's committed length moved `offset` tokens on, as the cache is."""
+        return s._replace(hist_len=s.hist_len + offset, drafter=advance_state(s.drafter, offset))
 
     def tree_forward(self, params, tree: DraftTree, root, cache: KVCache):
         """Step 2: the target forward over the tree with `root` [B] written into node 0, hidden
@@ -209,7 +255,7 @@ class SpeculativeLoop:
         [B] and features [B, S, n, H] (the target's hidden states at `drafter.hidden_ids` for
         history positions < hist_len - 1)."""
         out = LoopOutput(tokens=state.out, generated=state.generated, stopped=state.stopped,
-                         forwards=state.forwards, commits=state.commits)
+                         forwards=self.forwards(state), commits=self.commits(state))
         if state.features is not None:
             return out._replace(history=state.history, hist_len=state.hist_len,
                                 features=state.features[:, :state.history.shape[1]])

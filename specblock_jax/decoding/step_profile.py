@@ -44,7 +44,6 @@ derives its step columns and the ideal speedup from it.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from typing import Any, Sequence
@@ -53,10 +52,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specblock_jax.decoding.autoregressive import TargetLoop, TargetState
+from specblock_jax.decoding.autoregressive import TargetLoop
 from specblock_jax.decoding.compiled import cached_count, compiled, release
 from specblock_jax.decoding.loop import DecodeLoop
-from specblock_jax.decoding.prefill import LoopInputs, step_keys
+from specblock_jax.decoding.loop_core import LoopInputs, step_keys
 from specblock_jax.decoding.sampling import SamplingParams
 from specblock_jax.decoding.speculative import SpeculativeLoop, SpeculativeState
 from specblock_jax.drafters.base import DraftContext
@@ -67,13 +66,6 @@ _MEASURED: dict = {}  # (static key, phase[, greedy]) -> seconds
 
 
 # ------------------------------------------------------------------ the phases (pure functions)
-
-def _advance_state(state, offset):
-    """The drafter state with its committed `length` advanced (states without one unchanged)."""
-    if hasattr(state, "_replace") and hasattr(state, "length"):
-        return state._replace(length=state.length + offset)
-    return state
-
 
 def _context(s: SpeculativeState) -> DraftContext:
     return DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
@@ -110,16 +102,7 @@ def _setup(loop: DecodeLoop, params, dparams, inputs: LoopInputs):
     state = state._replace(
         step=state.step + offset, cache=state.cache.advance(offset), done=running, stopped=running,
         generated=jnp.minimum(1 + offset, jnp.maximum(inputs.budgets - 1, 1)).astype(jnp.int32))
-    if loop.drafter is None:
-        return state
-    return state._replace(hist_len=state.hist_len + offset, drafter=_advance_state(state.drafter, offset))
-
-
-def _target_state(loop: DecodeLoop, s: SpeculativeState) -> TargetState:
-    """The target-only loop's state at the same point (forward_1 at the speculative loop's cache)."""
-    out = jnp.full((s.out.shape[0], loop.max_new), -1, jnp.int32)
-    return TargetState(step=s.step, last=s.root, generated=s.generated, out=out, done=s.done, stopped=s.stopped,
-                       cache=s.cache, budgets=s.budgets, sampling=s.sampling, keys=s.keys)
+    return loop.advance(state, offset)  # the speculative loop's history and drafter state too
 
 
 # ------------------------------------------------------------------ timing
@@ -185,14 +168,10 @@ def step_profile(loop: DecodeLoop, params, drafter_params, inputs: LoopInputs, *
     unknown = set(wanted) - set(PHASES)
     if unknown:
         raise ValueError(f"unknown phases {sorted(unknown)}; choose from {PHASES}")
-    greedy = False
-    if loop.drafter is None:
-        wanted = tuple(ph for ph in wanted if ph == "forward_1")
-        static_key = (loop, b, p, reps)
-    else:
-        greedy = loop.greedy
-        loop = dataclasses.replace(loop, collect=False, hist_size=0)
-        static_key = (dataclasses.replace(loop, greedy=False), b, p, reps)
+    wanted = tuple(ph for ph in wanted if ph in loop.profile_phases)  # target-only: forward_1 alone
+    greedy = getattr(loop, "greedy", False)
+    loop = loop.for_profile()
+    static_key = (loop.prefill_loop, b, p, reps)
     todo = [ph for ph in wanted if _lookup(static_key, ph, greedy) is None]
     if todo:  # the phases' executables are dropped once timed (only the timings are cached)
         mark = cached_count()
@@ -219,7 +198,6 @@ def _lookup(static_key, phase, greedy) -> float | None:
 def _measure(loop: DecodeLoop, params, dparams, inputs: LoopInputs, reps, static_key, todo) -> None:
     """Compiles each phase once; the drafter's phases run in loop order on the real state (propose
     -> tree forward -> verify -> update), each giving the next its real inputs, then each is timed."""
-    dparams = () if loop.drafter is None else dparams
     s = _compiled(_setup, (loop,), params, dparams, inputs)(params, dparams, inputs)
     runs = []  # (phase, executable, args, donated)
 
@@ -229,7 +207,7 @@ def _measure(loop: DecodeLoop, params, dparams, inputs: LoopInputs, reps, static
         return exe(*(_copy(a) if i in donate else a for i, a in enumerate(args)))
 
     by_greedy = {"verify"}  # phases whose timing depends on greedy
-    if loop.drafter is not None and set(todo) & set(DRAFT_PHASES + ("tree_forward", "verify")):
+    if set(todo) & set(DRAFT_PHASES + ("tree_forward", "verify")):  # the speculative loop's phases
         propose_args = (dparams, s.drafter, _context(s), step_keys(s.keys, s.step))
         shape = jax.eval_shape(lambda *a: _propose(loop, False, *a)[0], *propose_args)
         drop = loop.greedy and shape.draft_probs is not None
@@ -244,8 +222,7 @@ def _measure(loop: DecodeLoop, params, dparams, inputs: LoopInputs, reps, static
             run("update", _update, (loop,), (dparams, dstate, c.ctx, c.result, fwd.hidden), (1,))
     if "forward_1" in todo:
         target_loop = TargetLoop(graphdef=loop.graphdef, cfg=loop.cfg, cache_len=loop.cache_len, max_new=loop.max_new)
-        state = s if loop.drafter is None else _target_state(loop, s)
-        run("forward_1", TargetLoop.step, (target_loop,), (params, state, inputs.stop_ids), (1,))
+        run("forward_1", TargetLoop.step, (target_loop,), (params, (), loop.target_state(s), inputs.stop_ids), (2,))
     greedy = getattr(loop, "greedy", False)
     for phase, exe, args, donate in runs:
         if phase in todo:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, Sequence, runtime_checkable
 
 import jax
+import jax.numpy as jnp
 
 from specblock_jax.training.task import TrainTask
 from specblock_jax.trees.tree import DraftTree
@@ -90,3 +91,82 @@ class DrafterTask(TrainTask, Protocol):
     params also decode, for the trainer's tau evaluation."""
 
     def decoding_drafter(self, params) -> LoadedDrafter: ...  # the Drafter with its decoding params
+
+
+# ------------------------------------------------------------------ the contracts beside the drafter's
+# Each is a Protocol; `conform` checks an object against one and names what is missing, so a
+# non-conforming object fails where it enters (generate, the loop) with a clear error.
+
+@runtime_checkable
+class SizedDrafter(Protocol):
+    """A drafter whose rows each choose a static size at the prefill (BlockPilot's block size);
+    decoding/sized.py runs a batch in the loop `at_size(its live rows' largest choice)`."""
+
+    def at_size(self, size: int) -> Any:
+        """The same drafter in a loop of static size `size` (same params and state shapes)."""
+
+    def row_sizes(self, state: Any) -> jax.Array:
+        """[B] int32 each row's chosen size, from the drafter state."""
+
+    def with_row_sizes(self, state: Any, sizes: jax.Array) -> Any:
+        """The state with the rows' sizes [B] replaced."""
+
+    def given_sizes(self, ids: Sequence[Sequence[int]]) -> list[int] | None:
+        """Sizes given on the host per prompt (an oracle's), or None."""
+
+
+@runtime_checkable
+class DecodeAdapter(Protocol):
+    """Serving-time adaptation as the decode loops call it (adaptation/adapter.py `Adapter`): its
+    drafter, the params the loop decodes with (updated between batches), and the callback after
+    each batch (or stream segment) with the verifier's free labels."""
+
+    drafter: Any  # the Drafter it adapts (generate checks it is the one decoding)
+    params: Any  # the drafter params to decode the next batch with
+
+    def after_batch(self, history: jax.Array, hist_len: jax.Array, prompt_lengths: jax.Array,
+                    features: jax.Array, rows: int, *, tokens: int, forwards: int, decode_s: float,
+                    budget: int, remaining_budget: int) -> dict | None:
+        """history [R, S], hist_len [R], prompt_lengths [R], features [R, S, n, H] of the batch's
+        first `rows` real rows; returns the adaptation event (or None)."""
+
+
+class CommittedLength(Protocol):
+    """A drafter state with a committed-length field (a NamedTuple): `length` [B] int, the
+    tokens its own cache holds. The step profile advances it with the target's cache
+    (`advance_state`); a state without the field has nothing to advance."""
+
+    length: jax.Array
+
+    def _replace(self, **fields: Any) -> Any: ...
+
+
+def conform(obj: Any, protocol: type, role: str) -> Any:
+    """obj, if it has every member of `protocol`; else a TypeError naming `role`, the object's type
+    and the missing members."""
+    members = [m for m in _members(protocol) if not hasattr(obj, m)]
+    if members:
+        raise TypeError(f"{role}: {type(obj).__name__} is not a {protocol.__name__}: it lacks "
+                        f"{', '.join(members)} ({protocol.__module__}.{protocol.__name__})")
+    return obj
+
+
+def _members(protocol: type) -> list[str]:
+    names = set(getattr(protocol, "__annotations__", {}))
+    names |= {k for k, v in vars(protocol).items() if callable(v) and not k.startswith("__")}
+    return sorted(names)
+
+
+def advance_state(state: Any, offset: int) -> Any:
+    """The drafter state with its committed `length` advanced by `offset` (`CommittedLength`); a
+    state without a `length` field is returned unchanged. A `length` that is not a [B] integer
+    array is an error naming the field."""
+    if not hasattr(state, "length"):
+        return state
+    length = state.length
+    if not hasattr(state, "_replace") or not hasattr(length, "dtype") or getattr(length, "ndim", None) != 1 \
+            or not jnp.issubdtype(length.dtype, jnp.integer):
+        raise TypeError(f"drafter state {type(state).__name__}: field `length` must be a [B] integer array "
+                        f"in a NamedTuple (CommittedLength, drafters/base.py), got "
+                        f"{getattr(length, 'shape', type(length).__name__)} {getattr(length, 'dtype', '')}")
+    return state._replace(length=length + offset)

@@ -1,5 +1,6 @@
-"""What the target-only and speculative loops share: the prompt forward and the first new token,
-the named inputs both loops take and the output they return, and the while loop itself."""
+"""The core both decode loops (`TargetLoop`, `SpeculativeLoop`) share: the named inputs they take
+(`LoopInputs`) and the output they return (`LoopOutput`), the prompt forward with the first new
+token (`prefill`), the per-step PRNG keys and the while loop itself (`until_done`)."""
 
 from __future__ import annotations
 
