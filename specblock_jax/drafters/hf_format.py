@@ -2,7 +2,7 @@
 is a `registry.ReleasedFormat` its kind registers (the kind's `_formats.py` or `_released.py`);
 this module dispatches to them and holds what the engine layouts share.
 
-    sbj.save_drafter(drafter, params, "out", format="speculators")   # hf_format.formats() lists them
+    sbj.save_drafter(drafter, params, "out", format="speculators", target=target)  # formats() lists them
     drafter, params = sbj.load_drafter("out", target)                # any of them (detected), or ours
 
 A layout holds one kind's drafters; saving another kind's in it is refused. HF Linear weights are
@@ -28,7 +28,7 @@ from safetensors.numpy import load_file, save_file
 
 from specblock_jax.drafters import draft_vocab
 from specblock_jax.drafters import registry
-from specblock_jax.models.config import RopeConfig
+from specblock_jax.models.config import ModelConfig, RopeConfig
 from specblock_jax.models.hf_io import HFWeight
 
 # Our own folder layout (every kind saves in it: drafters/io.py), and the config.json entry our
@@ -65,8 +65,35 @@ def export(drafter, flat: dict, vocab, path: str | Path, fmt: str, dtype: str = 
         theirs = " or ".join(repr(f) for f in formats_of(drafter.kind))
         raise ValueError(f"format {fmt!r} holds {layout.kind} drafters, not {drafter.kind!r} "
                          f"(a {drafter.kind} drafter saves in {theirs})")
+    if max_positions < 1:
+        raise ValueError(f"format {fmt!r} records the target's position limit, which engines check: "
+                         "pass target=TARGET (the Target the drafter serves, or its HF folder), as "
+                         "in sbj.save_drafter(*drafter, path, format=..., target=target)")
     return layout.export(drafter, flat, vocab, path, dtype=dtype, max_positions=max_positions,
                          verifier=verifier, chat=chat, verifier_architectures=verifier_architectures)
+
+
+def target_fields(target, verifier: str = "") -> dict[str, Any]:
+    """What an engine layout records of the target a drafter serves, as `export`'s keywords:
+    max_positions (its position limit), verifier (`verifier` if given, else the folder the
+    target was read from) and verifier_architectures (its HF architectures). target: a Target
+    (`sbj.load_target`'s: its tokenizer names the folder it was read from) or the path of its HF
+    folder (only config.json is read). `sbj.save_drafter(..., target=)` and `specblock-export`
+    both take these fields from here."""
+    if isinstance(target, (str, Path)):
+        file = Path(target) / "config.json"
+        if not file.is_file():
+            raise ValueError(f"target {target}: not an HF folder (config.json is missing)")
+        config, name = ModelConfig.from_hf(json.loads(file.read_text())), str(target)
+    else:
+        config = target.config
+        name = getattr(getattr(target, "tokenizer", None), "name_or_path", "") or ""
+    verifier = verifier or name
+    if not verifier:
+        raise ValueError("the target does not say which folder it was read from (it has no tokenizer): "
+                         "pass verifier=NAME, the target's name or path for the serving engine")
+    return {"max_positions": config.max_position_embeddings, "verifier": verifier,
+            "verifier_architectures": (config.to_hf()["architectures"][0],)}
 
 
 def detect(hf: dict) -> str | None:

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
+from specblock_jax import writing
 from specblock_jax.drafters import draft_vocab, hf_format, registry
 from specblock_jax.drafters.base import LoadedDrafter
 from specblock_jax.models.target import Target
@@ -52,15 +53,23 @@ def fill_params(template: dict, flat: dict[str, np.ndarray], dtype, where: str, 
 
 
 def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "bfloat16",
-                 format: str = hf_format.NATIVE, vocab=None, **engine) -> Path:
+                 format: str = hf_format.NATIVE, vocab=None, *, target=None, overwrite: bool = False,
+                 **engine) -> Path:
     """Writes the drafter's settings and its trainable weights (stored as `dtype`).
 
     params: its trainable params, or the decoding params `load_drafter` returns ({"draft", "embed"
     [, "d2t", "t2d"]}: the reduced draft vocabulary is taken from them). vocab: a DraftVocab
     (drafters/draft_vocab.py) saved with it. format: "specblock" (ours: every kind) or a layout
     its kind registers (`hf_format.formats()`): a serving engine's, "eagle3" / "speculators"
-    (EAGLE-3) or "dflash", or a public release's, "specblock_hf" (`engine` = max_positions,
-    verifier, chat, verifier_architectures: `hf_format.export`)."""
+    (EAGLE-3) or "dflash", or a public release's, "specblock_hf". Those layouts record facts of
+    the target the drafter serves, so they need `target` (a Target, or its HF folder): its
+    position limit, its name for the engine (`verifier=` if given, else the folder the target was
+    loaded from) and its architectures, the same fields `specblock-export` writes
+    (`hf_format.target_fields`). `engine`: chat (the chat format trained on), verifier, or the
+    fields themselves (max_positions, verifier_architectures: `hf_format.export`).
+    A folder under the shipped assets/ is refused unless `overwrite` (writing.py); files are
+    written with the user's umask."""
+    writing.check_writable(path, overwrite)
     if "draft" in params:
         if vocab is None and "d2t" in params:
             vocab = draft_vocab.DraftVocab(np.asarray(params["d2t"]), np.asarray(params["t2d"]))
@@ -68,7 +77,11 @@ def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "b
     if format not in hf_format.formats():
         raise ValueError(f"format {format!r}: choose from {hf_format.formats()}")
     if format != hf_format.NATIVE:
-        return hf_format.export(drafter, flatten_params(params), vocab, path, format, dtype, **engine)
+        if target is not None:
+            engine = {**hf_format.target_fields(target, engine.pop("verifier", "")), **engine}
+        out = hf_format.export(drafter, flatten_params(params), vocab, path, format, dtype, **engine)
+        writing.follow_umask(out)
+        return out
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     kind = drafter.kind
@@ -83,6 +96,7 @@ def save_drafter(drafter, params: dict, path: str | os.PathLike, dtype: str = "b
     save_file(flat, str(path / "model.safetensors"), metadata={"format": "flax"})
     if vocab is not None:
         draft_vocab.save(path, vocab)
+    writing.follow_umask(path)
     return path
 
 

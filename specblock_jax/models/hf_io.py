@@ -21,6 +21,7 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
+from specblock_jax import writing
 from specblock_jax.models.config import ModelConfig, tiny
 from specblock_jax.models.target import Target, abstract_target, init_target
 
@@ -220,9 +221,13 @@ def save_target(
     path: str | os.PathLike,
     dtype: str | None = None,
     max_shard_bytes: int = 4 << 30,
+    *,
+    overwrite: bool = False,
 ) -> Path:
     """Writes an HF folder: config.json, generation_config.json, safetensors shards (+ index),
-    and the tokenizer if the target has one. dtype defaults to the target's dtype."""
+    and the tokenizer if the target has one. dtype defaults to the target's dtype. A folder under
+    the shipped assets/ is refused unless `overwrite` (writing.py); files get the user's umask."""
+    writing.check_writable(path, overwrite)
     cfg = target.config
     dtype = dtype or cfg.dtype
     path = Path(path)
@@ -263,4 +268,5 @@ def save_target(
     (path / "generation_config.json").write_text(json.dumps(gen, indent=2))
     if target.tokenizer is not None:
         target.tokenizer.save_pretrained(str(path))
+    writing.follow_umask(path)
     return path

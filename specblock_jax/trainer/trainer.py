@@ -32,6 +32,7 @@ schedule; the seed must not change.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -49,7 +50,7 @@ from tqdm import tqdm
 
 from specblock_jax.decoding import DecodeOptions, Sampling, generate
 from specblock_jax.models.target import Target
-from specblock_jax import parallel
+from specblock_jax import parallel, writing
 from specblock_jax.parallel.training import TrainLayout
 from specblock_jax.drafters.base import DrafterTask
 from specblock_jax.training.task import TrainTask
@@ -79,7 +80,7 @@ class DataIterator(Protocol):
     def get_state(self) -> dict[str, int]: ...  # plain ints; the factory accepts it back
 
 
-class OutDirError(ValueError):
+class OutDirError(writing.ShippedFolderError):
     """The run would replace a model it did not write (see `check_out_dir`)."""
 
 
@@ -92,7 +93,7 @@ def check_out_dir(out_dir: str | Path, run_dir: str | Path, overwrite: bool) -> 
     out, run = Path(out_dir).resolve(), Path(run_dir).resolve()
     if run == out or run in out.parents:
         return None
-    shipped = any(p.name == "assets" and (p.parent / "specblock_jax").is_dir() for p in out.parents)
+    shipped = writing.shipped(out)  # the one check every writer shares (specblock_jax/writing.py)
     holds_model = (out / "config.json").exists()
     if not (shipped or holds_model):
         return None
@@ -324,140 +325,174 @@ def train(task: TrainTask, cfg: Mapping[str, Any],
     replacing = check_out_dir(cfg["out_dir"], cfg["run_dir"], bool(cfg["overwrite"]))
     if replacing and jax.process_index() == 0:
         print(replacing, flush=True)
-    run = Path(cfg["run_dir"])
-    run.mkdir(parents=True, exist_ok=True)
-    log_path = run / "metrics.jsonl"
-    tx, schedule = task.optimizer(cfg) if hasattr(task, "optimizer") else make_optimizer(cfg)
-    frozen = task.frozen()
-    params = task.init_params(jax.random.key(cfg["seed"]))
-    primary = jax.process_index() == 0
-    if mesh is None:
-        train_step = make_train_step(task, tx)
-        opt_state = tx.init(params)
-    else:
-        plan = mesh if isinstance(mesh, parallel.ShardingPlan) else parallel.ShardingPlan(mesh, fsdp=True)
-        layout = TrainLayout.make(plan, tx, params, frozen)
-        params, frozen = layout.put(params), layout.put_frozen(frozen)
-        opt_state = layout.init_opt(params)
-        train_step = layout.jit_step(train_step_fn(task, tx))
+    run = _Run(task, cfg, evaluate, mesh)
+    run.restore(data_iter_factory)
+    stop_reason = run.loop()
+    exported = run.finish()
+    return _write_summary(cfg, run.step, stop_reason, run.elapsed, run.tokens_seen, _read_log(run.log_path),
+                          write=run.primary, flops_per_step=run.flops_per_step, exported=exported)
 
-    mngr = checkpoint_manager(run / "checkpoints", cfg["keep_checkpoints"])
-    step, data_state, elapsed, tokens_seen, records = 0, None, 0.0, 0, []
-    if mngr.latest_step() is not None:
-        restored = mngr.restore(mngr.latest_step(), args=ocp.args.Composite(
-            state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
-            meta=ocp.args.JsonRestore()))
-        params, opt_state, meta = restored.state["params"], restored.state["opt_state"], restored.meta
-        if meta["seed"] != cfg["seed"]:
-            raise ValueError(f"{run}: checkpoint was made with seed={meta['seed']}, config has "
-                             f"seed={cfg['seed']}; use another run_dir")
-        step, data_state, elapsed, tokens_seen = (meta["step"], meta["data"], meta["elapsed_s"],
-                                                  meta["tokens_seen"])
-        records = _truncate_log(log_path, step) if primary else _read_log(log_path)
-        print(f"resumed {run} at step {step} (data state {data_state})")
-    elif primary:
-        log_path.unlink(missing_ok=True)
-    data = data_iter_factory(data_state)
-    base_key = jax.random.key(cfg["seed"])
-    last_eval = max((r["step"] for r in records if "loss" not in r), default=-1)
 
-    def checkpoint() -> None:
-        save_checkpoint(mngr, step, params, opt_state, {
-            "step": step, "data": data.get_state(), "seed": cfg["seed"],
-            "elapsed_s": time.perf_counter() - session_start, "tokens_seen": tokens_seen})
+class _Run:
+    """One call of `train`: the state its steps share (params, optimizer state, the step count,
+    the metrics window, the progress bar), each step a method: build (`__init__`), `restore`,
+    `loop` (`train_one` per batch, `log_window`, `run_eval`, `checkpoint`), `finish`."""
 
-    def run_eval() -> None:
-        nonlocal last_eval, plateau
-        if evaluate is not None:
-            result = dict(evaluate(params))
+    def __init__(self, task: TrainTask, cfg: dict[str, Any], evaluate, mesh: Any):
+        """The run folder, the optimizer, fresh params and the (possibly sharded) train step."""
+        self.task, self.cfg, self.evaluate, self.mesh = task, cfg, evaluate, mesh
+        self.run_dir = Path(cfg["run_dir"])
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.run_dir / "metrics.jsonl"
+        tx, self.schedule = task.optimizer(cfg) if hasattr(task, "optimizer") else make_optimizer(cfg)
+        self.frozen = task.frozen()
+        self.params = task.init_params(jax.random.key(cfg["seed"]))
+        self.primary = jax.process_index() == 0
+        if mesh is None:
+            self.train_step = make_train_step(task, tx)
+            self.opt_state = tx.init(self.params)
+        else:
+            plan = mesh if isinstance(mesh, parallel.ShardingPlan) else parallel.ShardingPlan(mesh, fsdp=True)
+            layout = TrainLayout.make(plan, tx, self.params, self.frozen)
+            self.params, self.frozen = layout.put(self.params), layout.put_frozen(self.frozen)
+            self.opt_state = layout.init_opt(self.params)
+            self.train_step = layout.jit_step(train_step_fn(task, tx))
+
+    def restore(self, data_iter_factory) -> None:
+        """Resumes from the run's latest checkpoint (if any), opens the data at its state, and
+        sets up the timing, the evaluation history and the progress bar."""
+        cfg = self.cfg
+        self.mngr = checkpoint_manager(self.run_dir / "checkpoints", cfg["keep_checkpoints"])
+        self.step, data_state, self.elapsed, self.tokens_seen, records = 0, None, 0.0, 0, []
+        if self.mngr.latest_step() is not None:
+            restored = self.mngr.restore(self.mngr.latest_step(), args=ocp.args.Composite(
+                state=ocp.args.StandardRestore({"params": self.params, "opt_state": self.opt_state}),
+                meta=ocp.args.JsonRestore()))
+            self.params, self.opt_state = restored.state["params"], restored.state["opt_state"]
+            meta = restored.meta
+            if meta["seed"] != cfg["seed"]:
+                raise ValueError(f"{self.run_dir}: checkpoint was made with seed={meta['seed']}, config has "
+                                 f"seed={cfg['seed']}; use another run_dir")
+            self.step, data_state, self.elapsed, self.tokens_seen = (meta["step"], meta["data"], meta["elapsed_s"],
+                                                                     meta["tokens_seen"])
+            records = _truncate_log(self.log_path, self.step) if self.primary else _read_log(self.log_path)
+            print(f"resumed {self.run_dir} at step {self.step} (data state {data_state})")
+        elif self.primary:
+            self.log_path.unlink(missing_ok=True)
+        self.data = data_iter_factory(data_state)
+        self.base_key = jax.random.key(cfg["seed"])
+        self.last_eval = max((r["step"] for r in records if "loss" not in r), default=-1)
+        self.budget_s = math.inf if cfg["time_budget_min"] is None else 60.0 * cfg["time_budget_min"]
+        self.session_start = time.perf_counter() - self.elapsed
+        self.window, self.window_tokens, self.window_start, self.window_pause = [], 0, time.perf_counter(), 0.0
+        self.flops_per_step = None
+        self.eval_history = [r for r in records if "loss" not in r]
+        self.plateau = (_plateaued(cfg, self.eval_history[:-1], self.eval_history[-1])
+                        if self.eval_history else False)
+        self.bar = tqdm(total=cfg["max_steps"], initial=min(self.step, cfg["max_steps"]), desc="train",
+                        unit="step")
+
+    def checkpoint(self) -> None:
+        save_checkpoint(self.mngr, self.step, self.params, self.opt_state, {
+            "step": self.step, "data": self.data.get_state(), "seed": self.cfg["seed"],
+            "elapsed_s": time.perf_counter() - self.session_start, "tokens_seen": self.tokens_seen})
+
+    def run_eval(self) -> None:
+        if self.evaluate is not None:
+            result = dict(self.evaluate(self.params))
             clash = sorted(set(result) & set(RESERVED_METRICS))
             if clash:
                 raise ValueError(f"evaluation names {clash} are reserved by the trainer "
                                  f"(reserved: {RESERVED_METRICS})")
-            if primary:
-                append_jsonl(log_path, {"step": step, **result})
-            bar.write(f"step {step}: " + ", ".join(f"{k} {v}" for k, v in result.items()))
-            plateau = plateau or _plateaued(cfg, eval_history, result)
-            eval_history.append(result)
-        last_eval = step
+            if self.primary:
+                append_jsonl(self.log_path, {"step": self.step, **result})
+            self.bar.write(f"step {self.step}: " + ", ".join(f"{k} {v}" for k, v in result.items()))
+            self.plateau = self.plateau or _plateaued(self.cfg, self.eval_history, result)
+            self.eval_history.append(result)
+        self.last_eval = self.step
 
-    def log_window() -> None:
+    def log_window(self) -> None:
         """Appends the training record of the steps since the previous one."""
-        nonlocal window, window_tokens, window_start, window_pause
-        means = _mean_metrics(window)
+        means = _mean_metrics(self.window)
         now = time.perf_counter()
         grad_norm = means.pop("grad_norm")
-        record = {"step": step, **means, "lr": float(schedule(step - 1)), "grad_norm": grad_norm,
-                  "tokens_seen": tokens_seen,
-                  "tokens_per_s": window_tokens / (now - window_start - window_pause),
-                  "elapsed_s": now - session_start}
-        if flops_per_step:
-            record["flops"] = flops_per_step * step  # cumulative, over the run
-        if primary:
-            append_jsonl(log_path, record)
-        bar.set_postfix(loss=f"{record['loss']:.4f}")
-        window, window_tokens, window_start, window_pause = [], 0, now, 0.0
+        record = {"step": self.step, **means, "lr": float(self.schedule(self.step - 1)), "grad_norm": grad_norm,
+                  "tokens_seen": self.tokens_seen,
+                  "tokens_per_s": self.window_tokens / (now - self.window_start - self.window_pause),
+                  "elapsed_s": now - self.session_start}
+        if self.flops_per_step:
+            record["flops"] = self.flops_per_step * self.step  # cumulative, over the run
+        if self.primary:
+            append_jsonl(self.log_path, record)
+        self.bar.set_postfix(loss=f"{record['loss']:.4f}")
+        self.window, self.window_tokens, self.window_start, self.window_pause = [], 0, now, 0.0
 
-    budget_s = math.inf if cfg["time_budget_min"] is None else 60.0 * cfg["time_budget_min"]
-    session_start = time.perf_counter() - elapsed
-    window, window_tokens, window_start, window_pause = [], 0, time.perf_counter(), 0.0
-    stop_reason = "max_steps"
-    flops_per_step = None
-    eval_history = [r for r in records if "loss" not in r]
-    plateau = _plateaued(cfg, eval_history[:-1], eval_history[-1]) if eval_history else False
-    bar = tqdm(total=cfg["max_steps"], initial=min(step, cfg["max_steps"]), desc="train", unit="step")
-    if cfg["stop_min_gain"] is not None and not eval_history and evaluate is not None:
-        run_eval()  # the starting point the first gain is measured from
-    while step < cfg["max_steps"]:
-        if plateau:
-            stop_reason = "plateau"
-            break
-        if elapsed >= budget_s:
-            stop_reason = "time_budget"
-            break
-        try:
-            batch = next(data)
-        except StopIteration:
-            stop_reason = "data_exhausted"
-            break
+    def loop(self) -> str:
+        """Steps until max_steps, a plateau, the time budget or the end of the data; the stop reason."""
+        cfg = self.cfg
+        if cfg["stop_min_gain"] is not None and not self.eval_history and self.evaluate is not None:
+            self.run_eval()  # the starting point the first gain is measured from
+        while self.step < cfg["max_steps"]:
+            if self.plateau:
+                return "plateau"
+            if self.elapsed >= self.budget_s:
+                return "time_budget"
+            try:
+                batch = next(self.data)
+            except StopIteration:
+                return "data_exhausted"
+            self.train_one(batch)
+            if self.step % cfg["log_every"] == 0 or self.step == cfg["max_steps"]:
+                self.log_window()
+            pause_start = time.perf_counter()  # evaluation and checkpoints stay out of tokens/s
+            if cfg["eval_every"] and self.step % cfg["eval_every"] == 0:
+                self.run_eval()
+            if self.step % cfg["ckpt_every"] == 0:
+                self.checkpoint()
+            self.window_pause += time.perf_counter() - pause_start
+            self.elapsed = time.perf_counter() - self.session_start
+        return "max_steps"
+
+    def train_one(self, batch) -> None:
+        """One optimizer step on `batch` (its FLOPs estimated at the first)."""
         n_tokens = batch_tokens(batch)
-        if mesh is not None and jax.process_count() > 1:  # every host's rows of the global batch
+        if self.mesh is not None and jax.process_count() > 1:  # every host's rows of the global batch
             n_tokens = parallel.host_sum([n_tokens])[0]
-        key = jax.random.fold_in(base_key, step)
-        if flops_per_step is None:
-            flops_per_step = step_flops(train_step, params, opt_state, frozen, batch, key) or 0.0
-        params, opt_state, metrics = train_step(params, opt_state, frozen, batch, key)
-        step += 1
-        tokens_seen += n_tokens
-        window.append(metrics)
-        window_tokens += n_tokens
-        bar.update(1)
-        if step % cfg["log_every"] == 0 or step == cfg["max_steps"]:
-            log_window()
-        pause_start = time.perf_counter()  # evaluation and checkpoints stay out of tokens/s
-        if cfg["eval_every"] and step % cfg["eval_every"] == 0:
-            run_eval()
-        if step % cfg["ckpt_every"] == 0:
-            checkpoint()
-        window_pause += time.perf_counter() - pause_start
-        elapsed = time.perf_counter() - session_start
-    if window:  # stopped early between two records
-        log_window()
-    bar.close()
-    if last_eval != step:
-        run_eval()
-    elapsed = time.perf_counter() - session_start
-    if mngr.latest_step() != step:
-        checkpoint()
-    mngr.wait_until_finished()
-    mngr.close()
-    if mesh is not None:
-        params = parallel.fetch(params)  # numpy on every host (all-gathered)
-        parallel.sync("specblock-train-end")
-    exported = (task.export(params, cfg["out_dir"]) or {}) if primary else {}
-    parallel.sync("specblock-train-exported")  # (a no-op for one process)
-    return _write_summary(cfg, step, stop_reason, elapsed, tokens_seen, _read_log(log_path),
-                          write=primary, flops_per_step=flops_per_step, exported=exported)
+        key = jax.random.fold_in(self.base_key, self.step)
+        if self.flops_per_step is None:
+            self.flops_per_step = step_flops(self.train_step, self.params, self.opt_state, self.frozen,
+                                             batch, key) or 0.0
+        self.params, self.opt_state, metrics = self.train_step(self.params, self.opt_state, self.frozen, batch, key)
+        self.step += 1
+        self.tokens_seen += n_tokens
+        self.window.append(metrics)
+        self.window_tokens += n_tokens
+        self.bar.update(1)
+
+    def finish(self) -> dict[str, Any]:
+        """The last record, evaluation and checkpoint, then the export (process 0; a shipped
+        out_dir only with overwrite, which `check_out_dir` has checked); what the export returned."""
+        if self.window:  # stopped early between two records
+            self.log_window()
+        self.bar.close()
+        if self.last_eval != self.step:
+            self.run_eval()
+        self.elapsed = time.perf_counter() - self.session_start
+        if self.mngr.latest_step() != self.step:
+            self.checkpoint()
+        self.mngr.wait_until_finished()
+        self.mngr.close()
+        params = self.params
+        if self.mesh is not None:
+            params = parallel.fetch(params)  # numpy on every host (all-gathered)
+            parallel.sync("specblock-train-end")
+        exported = {}
+        if self.primary:
+            allowed = writing.replacing(self.cfg["out_dir"]) if self.cfg["overwrite"] else contextlib.nullcontext()
+            with allowed:
+                exported = self.task.export(params, self.cfg["out_dir"]) or {}
+        parallel.sync("specblock-train-exported")  # (a no-op for one process)
+        return exported
 
 
 def _plateaued(cfg: Mapping[str, Any], history: Sequence[Mapping[str, Any]],
