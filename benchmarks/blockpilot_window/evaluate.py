@@ -1,5 +1,5 @@
 """Issue 58 items 3-4 and the targets: BlockPilot's labels, its two policies and their held-out test,
-from the committed per-request tau tables (labels/<split>/size_<s>.jsonl, made by labels.sh) and the
+from the committed per-request tau tables (labels/<split>/size_<s>.jsonl, made by run.sh's labels stage) and the
 v5p-priced step of each size (costs_v5p.json, made by price_sizes.py).
 
 Labels, per prompt, over the window's sizes (default B-2..B+2 = 6..10 around the shipped DFlash's
@@ -62,7 +62,7 @@ def read_table(folder: Path, sizes: list[int]) -> dict:
     for s in sizes:
         path = folder / f"size_{s}.jsonl"
         if not path.exists():
-            raise SystemExit(f"{path}: missing (run benchmarks/blockpilot_window/labels.sh)")
+            raise SystemExit(f"{path}: missing (run STAGES=labels sh benchmarks/blockpilot_window/run.sh)")
         rows[s] = {r["id"]: r for r in map(json.loads, path.read_text().splitlines())}
     ids = [i for i in rows[sizes[0]] if all(i in rows[s] for s in sizes)]
     get = lambda key: np.asarray([[rows[s][i][key] or 1.0 for s in sizes] for i in ids], np.float64)  # noqa: E731

@@ -109,7 +109,7 @@ def targets(runs: dict) -> str:
         best = max(fixed, key=lambda r: r["priced_speedup"] or 0)
         out += [f"BlockPilot (v5p-priced labels) priced speedup {bp['priced_speedup']:.3f}x against the best fixed "
                 f"size, {label(best['method'])}, {best['priced_speedup']:.3f}x (the oracle's gain over it: "
-                "benchmarks/blockpilot_priced/results.md).", ""]
+                "docs/findings.md, blockpilot_priced).", ""]
     out += ["EAGLE-3 against target-only, measured on this CPU:", "", "| prompt set | EAGLE-3 CPU speedup [round min-max] "
             "| >= 1.0x |", "|---|---|---|"]
     for name, title in SETS:

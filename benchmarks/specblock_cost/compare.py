@@ -1,4 +1,4 @@
-"""Issue 57 item 6, the one comparison: `run.sh`'s runs (held-out, HumanEval, sympy; T = 0 and 1;
+"""Issue 57 item 6, the one comparison: `run.sh`'s compare stage (bench.sh) (held-out, HumanEval, sympy; T = 0 and 1;
 batch 1 and 8) gathered into one table: tau, drafter forwards per token, CPU draft ms per token
 (propose + update per step / tau, from each run's step profile), CPU speedup with its round range,
 and, at batch 1, the priced speedup and priced drafting per token for v5p:2x2x1 at Qwen3-8B shapes

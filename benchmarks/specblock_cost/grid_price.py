@@ -1,7 +1,7 @@
-"""Issue 57 item 4(b), the priced half: every tree of `grid.sh`'s run priced for v5p:2x2x1 at Qwen3-8B
+"""Issue 57 item 4(b), the priced half: every tree of the grid stage of `run.sh` priced for v5p:2x2x1 at Qwen3-8B
 shapes (batch 1, context 2048 + 128 new tokens; the TPU compiler's roofline: estimates), and each
 kind's best tree picked twice: by the priced speedup (v5p) and by the measured CPU speedup (this
-machine), both on grid.sh's training prompts, never on an evaluation set.
+machine), both on run.sh's grid stage's training prompts, never on an evaluation set.
 
 Per tree, `aot.price_method(phases_wanted=("update",))` compiles the chain propose -> tree_forward
 -> verify_commit -> update; SpecBlock's row-switched update is compiled once per row bucket its run
@@ -10,7 +10,7 @@ those phases (the whole step compiled as one fuses a little: 3-5% below the sum 
 phases.py priced both ways, after.json), alike for every tree; priced speedup = tau x target-only
 step / step, priced drafting per token = (propose + update) / tau.
 
-    sh benchmarks/specblock_cost/grid.sh                    # tau, commit counts, CPU speed
+    STAGES=grid sh benchmarks/specblock_cost/run.sh         # the grid's runs, then this script
     python benchmarks/specblock_cost/grid_price.py          # -> grid.json, the table printed
 
 Resumes: trees already in grid.json are not compiled again.
@@ -109,7 +109,7 @@ def main() -> None:
     target_ms = json.loads((ROOT / "benchmarks/blockpilot_window/costs_v5p.json").read_text())["target_ms"]["1"]
     out = json.loads(args.out.read_text()) if args.out.exists() else {}
     out.update(target="qwen3-8b", topology=TOPOLOGY, batch=1, context=CONTEXT, max_new=MAX_NEW,
-               target_step_ms=target_ms, prompts="train.jsonl records 2000-2023 (grid.sh)",
+               target_step_ms=target_ms, prompts="train.jsonl records 2000-2023 (run.sh, grid stage)",
                estimate="roofline of the TPU compiler's per-device counts (libtpu), not a measurement; "
                         "step = sum of the priced phases")
     priced = out.setdefault("priced", {})

@@ -175,6 +175,9 @@ def main(argv=None) -> None:
             _write(args.out, key, {"error": f"the compile process died (exit {proc.returncode}): "
                                             + " | ".join(tail)[:1500]}, label, time.perf_counter() - t0)
         print(key, round(time.perf_counter() - t0, 1), "s", flush=True)
+    # the study's one entry: results.md is rendered from the rows by tables.py (a helper, not run alone)
+    with open(args.out.with_name("results.md"), "w") as md:
+        subprocess.run([sys.executable, str(HERE / "tables.py"), str(args.out)], stdout=md, check=True)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,8 @@ beside training, benches and tests, and were paused (SIGSTOP) during benches: th
 is wall time, not compile time (up to 5,066 s).
 
 ```
-python benchmarks/tpu_aot/run.py --only phases          # the phase rows (resumable)
-python benchmarks/tpu_aot/run.py --only train --only compile
-python benchmarks/tpu_aot/tables.py > benchmarks/tpu_aot/results.md   # this file
+python benchmarks/tpu_aot/run.py --only phases          # the phase rows (resumable), then this file
+python benchmarks/tpu_aot/run.py --only train --only compile      # (run.py renders results.md by tables.py)
 ```
 
 - **ms** = max(FLOPs / peak bf16 FLOP/s, bytes accessed / HBM bandwidth) per device, from the
@@ -76,8 +75,9 @@ FOOTER = """
   query slots each, in the smallest bucket of its row switch (2, 4 or 9 pairs for the shipped
   tree: `drafters/common.py` `switch_on_rows`) that holds the pairs a step committed. XLA's cost
   analysis prices a conditional at its costliest branch (checked: a 3-branch `lax.switch` of 1, 2
-  and 3 matmuls reports the FLOPs and bytes of the 3-matmul branch). `update_branches.py` prices
-  the update with the switch forced to each bucket (`update_branches.json`; v5p, batch 1, 2k):
+  and 3 matmuls reports the FLOPs and bytes of the 3-matmul branch). A one-off script (at
+  `168506e`, `benchmarks/tpu_aot/update_branches.py`) priced the update with the switch forced to
+  each bucket (`update_branches.json`; v5p, batch 1, 2k):
   **0.377 ms at 2 pairs, 0.389 at 4, 0.434 at 9**, against 0.491 ms for the switch as compiled,
   whose FLOPs are the 9-pair branch's and whose bytes are 158 MB above them (operand traffic the
   conditional adds in the cost model; whether a TPU pays it was not measured). At the taus
@@ -92,7 +92,7 @@ FOOTER = """
 - **DFlash's head is now vocab-split** over "model" (`head`, the target's LM head its params
   carry): 6.0 GB per chip against 6.9 GB in the earlier run, and its block-8 step 2.81 ms against
   3.49 ms. Block size barely moves the priced step at batch 1 (2.78 ms at 4, 2.81 at 5-8, 2.96 at
-  16): BlockPilot's priced labels (benchmarks/blockpilot_priced/) use these rows.
+  16): BlockPilot's priced labels (the retired blockpilot_priced, docs/findings.md) used these rows.
 - **Priced speedups use the miniature's tau**, whose drafters are small and weakly trained
   (SpecBlock 1.67, DFlash block 8 2.04): at these taus SpecBlock and DFlash price near or below
   1x. The priced step costs are the part this table adds. With the data-matched drafters of issue
