@@ -11,17 +11,22 @@
    `warning_advice` call; real warnings and errors go through `logger.warning` / `logger.error`
    and are unaffected. `setdefault` leaves a value the user set alone.
 
-2. libtpu's probe for a TPU. With the `tpu` extra installed (libtpu, for specblock_jax/aot), JAX
-   with no `jax_platforms` set tries every backend it has a factory for, the TPU one included: it
-   loads libtpu.so, whose start-up looks for a Cloud TPU (metadata server, TPU_ACCELERATOR_TYPE,
-   TPU_WORKER_HOSTNAMES), prints ~4 lines to stderr ("could not determine TPU accelerator type",
-   "unexpected worker hostname ...") and fails, and JAX falls back to the CPU. So on a host with no
-   TPU chip on its PCI bus (Google's vendor id, as jax/_src/hardware_utils.py probes) and no GPU
-   plugin for JAX, `jax_platforms` defaults to "cpu": the backend JAX would have picked anyway,
-   without the probe. Left alone: a `JAX_PLATFORMS` the user set (even empty), a TPU VM (JAX must
-   pick the TPU), a host with a JAX GPU plugin. specblock_jax/aot does not need a TPU backend: it
-   loads libtpu's compiler for a topology description (`jax.experimental.topologies`), which
-   works under "cpu".
+2. JAX's probe for a TPU. JAX with no `jax_platforms` set tries every backend it has a factory
+   for, the TPU one included, on every host:
+   - with the `tpu` extra installed (libtpu, for specblock_jax/aot), it loads libtpu.so, whose
+     start-up looks for a Cloud TPU (metadata server, TPU_ACCELERATOR_TYPE, TPU_WORKER_HOSTNAMES),
+     prints ~4 lines to stderr ("could not determine TPU accelerator type", "unexpected worker
+     hostname ...") and fails;
+   - without it (a plain `pip install`), the load fails and JAX logs "Unable to initialize backend
+     'tpu': INTERNAL: Failed to open libtpu.so ..." at INFO, which every CLI that configures
+     logging at INFO (specblock-decode, specblock-regenerate) prints;
+   and JAX falls back to the CPU either way. So on a host with no TPU chip on its PCI bus
+   (Google's vendor id, as jax/_src/hardware_utils.py probes) and no GPU plugin for JAX,
+   `jax_platforms` defaults to "cpu": the backend JAX would have picked anyway, without the probe.
+   Left alone: a `JAX_PLATFORMS` the user set (even empty), a TPU VM (JAX must pick the TPU, or
+   say it cannot), a host with a JAX GPU plugin. specblock_jax/aot does not need a TPU backend:
+   it loads libtpu's compiler for a topology description (`jax.experimental.topologies`), which
+   works under "cpu". `default_platforms` is the decision, `cpu_unless_accelerator` applies it.
 """
 
 import glob
@@ -55,11 +60,19 @@ def gpu_plugin_installed() -> bool:
     return bool(modules) or bool(importlib.metadata.entry_points(group="jax_plugins"))
 
 
+def default_platforms(environ, tpu_chip: bool, gpu_plugin: bool) -> str | None:
+    """The `jax_platforms` to default to: "cpu" when the user set no JAX_PLATFORMS and the host
+    has neither a TPU chip nor a JAX GPU plugin (whether libtpu is installed or not: without a
+    chip its probe can only fail), else None (JAX decides)."""
+    if "JAX_PLATFORMS" in environ or tpu_chip or gpu_plugin:
+        return None
+    return "cpu"
+
+
 def cpu_unless_accelerator() -> bool:
-    """Sets `jax_platforms` to "cpu" where libtpu would only probe and fail (see the module
+    """Sets `jax_platforms` to "cpu" where JAX's TPU probe could only fail (see the module
     docstring); True when it did."""
-    if ("JAX_PLATFORMS" in os.environ or importlib.util.find_spec("libtpu") is None
-            or tpu_chip_present() or gpu_plugin_installed()):
+    if default_platforms(os.environ, tpu_chip_present(), gpu_plugin_installed()) is None:
         return False
     import jax
 
