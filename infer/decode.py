@@ -5,11 +5,19 @@ Input: one `{"id", "prompt"}` per line, optionally with per-record `max_new_toke
 `"conversations"` in ShareGPT's, ending with a user turn), rendered with the target tokenizer's chat
 template and its generation prompt (`--chat-template FILE.jinja` to give one, `--thinking on|off`
 for Qwen3's switch). A drafter that recorded the chat format it was trained on is refused when it
-differs from the one served (template or thinking switch). Output: one line per record, `{"id", "text", "token_ids", "stats"}`, or
-`{"id", "line", "error"}` for a record that cannot be decoded (invalid JSON, missing fields, empty
-or overlong prompt, duplicate id). Each line is appended with a single write as soon as its batch
-finishes, so a killed job loses only the batch in flight; rerunning the same command skips every
-record already written (resume) and cuts off a torn last line.
+differs from the one served (template or thinking switch). `--prompts` and `--method` also take
+a shipped asset's name (`--prompts humaneval`, `--method eagle3`) from any working folder; a path
+that exists relative to the working folder wins.
+
+Output: one row per record, told apart by an "error" field: a result `{"id", "text", "token_ids",
+"stats", "settings"}` (settings: the method and every setting that changes tokens), or an error
+`{"id", "line", "error"}` for a record that cannot be decoded (not UTF-8, invalid JSON, missing
+fields, empty or overlong prompt, duplicate id: the first record with an id is decoded, every later
+one is an error). Ids keep their JSON type. Each row is appended with a single write as soon as its
+batch finishes, so a killed job loses only the batch in flight; rerunning the same command skips
+every record already written (resume) and cuts off a torn last line; a rerun with other settings
+is refused (exit 2) unless `--new-file` starts the file afresh. Once a run finishes, the file is
+rewritten in input order. Some failed records: exit 0 (1 with `--strict`); every record failed: 1.
 
 Scale-out: `--mesh data=4,model=2` splits each batch over the data axis and the target (and its
 KV cache) over the model axis. Multi-host (`--coordinator/--num-processes/--process-id`, the
@@ -47,9 +55,9 @@ import jax
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax import checks, parallel
+from specblock_jax import checks, jsonl, parallel
+from specblock_jax.decoding.prompts import id_key, prompt_ids
 from specblock_jax.serving import methods
-from specblock_jax.decoding.prompts import encode_prompts
 from specblock_jax.training import chat
 
 log = logging.getLogger("specblock-decode")
@@ -69,6 +77,45 @@ def default_path(value: str) -> str:
     if Path(value).exists() or Path(value).is_absolute() or not (CHECKOUT / value).exists():
         return value
     return str(CHECKOUT / value)
+
+
+def shipped(value: str, folder: str, suffix: str = "") -> str:
+    """A path argument that may name a shipped asset: `value` as `default_path` finds it, else,
+    for a bare name, the checkout's assets/<folder>/<value><suffix> (`--prompts humaneval`,
+    `--method eagle3`), else as given. A path that exists relative to the working folder wins."""
+    found = default_path(value)
+    if found != value or Path(value).exists() or not value or "/" in value or value.startswith("."):
+        return found
+    named = CHECKOUT / "assets" / folder / f"{value}{suffix}"
+    return str(named) if named.exists() else value
+
+
+def shipped_prompts(value: Path) -> Path:
+    """--prompts: a file, or a shipped prompt set's name (assets/prompts/<name>.jsonl)."""
+    return Path(shipped(str(value), "prompts", ".jsonl"))
+
+
+def shipped_method(method: str) -> str:
+    """A method whose drafter is a shipped drafter's name (`eagle3`, `auto:specblock:num_nodes=12`)
+    with that name made the shipped folder's path; ar, weightless kinds and folders that exist
+    relative to the working folder stay as given."""
+    prefix = methods.AUTO if method.startswith(methods.AUTO) else ""
+    base, sep, rest = method[len(prefix):].partition(":")
+    if base in ("ar", *methods.weightless_kinds()):
+        return method
+    return prefix + shipped(base, "drafters") + sep + rest
+
+
+def method_record(method: str) -> str:
+    """A resolved method as output rows record it: a folder inside the checkout relative to it
+    (`eagle3` and `assets/drafters/eagle3` record alike), any other as given."""
+    prefix = methods.AUTO if method.startswith(methods.AUTO) else ""
+    base, sep, rest = method[len(prefix):].partition(":")
+    try:
+        base = str(Path(base).resolve().relative_to(CHECKOUT)) if Path(base).exists() else base
+    except ValueError:
+        pass
+    return prefix + base + sep + rest
 
 
 def add_cache_flags(p: argparse.ArgumentParser) -> None:
@@ -105,36 +152,9 @@ def check_flags(prog: str, args, flags: dict) -> None:
             raise usage_error(prog, str(e)) from None
 
 
-def done_keys(out: Path) -> set[str]:
-    """Keys of records already written. A torn last line (a kill mid-write) is cut off."""
-    keys = set()
-    if out.exists():
-        data = out.read_bytes()
-        if data and not data.endswith(b"\n"):
-            data = data[: data.rfind(b"\n") + 1]
-            out.write_bytes(data)
-            log.warning("%s: removed a torn last line", out)
-        for line in data.decode("utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            keys.add(f"line {rec.get('line')}" if "error" in rec else str(rec["id"]))
-    return keys
-
-
-class Appender:
-    """Appends whole JSON lines, each with one write(2) on an O_APPEND descriptor."""
-
-    def __init__(self, path: Path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def write(self, record: dict) -> None:
-        os.write(self.fd, (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
-
-    def close(self) -> None:
-        os.close(self.fd)
+def row_key(row: dict) -> str:
+    """The record key of an output row: its id's (`id_key`), or "line N" for an error row."""
+    return f"line {row.get('line')}" if "error" in row else id_key(row.get("id"))
 
 
 def load_target(args, prog: str = "specblock-decode") -> sbj.Target:
@@ -149,13 +169,14 @@ def load_target(args, prog: str = "specblock-decode") -> sbj.Target:
 
 
 def cli_method(method: str, target: sbj.Target | None = None, chat_format: dict | None = None,
-               prog: str = "specblock-decode"):
-    """`check_method` (and with a target, `resolve_method`) with a clear exit on a bad method."""
+               prog: str = "specblock-decode", flag: str = "--method"):
+    """`check_method` (and with a target, `resolve_method`) with a clear exit on a bad method
+    ("<prog>: error: <flag>: ...", exit 2)."""
     try:
         methods.check_method(method)
         return None if target is None else methods.resolve_method(method, target, chat=chat_format)
     except (ValueError, OSError) as e:
-        raise usage_error(prog, f"--method: {e}") from None
+        raise usage_error(prog, f"{flag}: {e}") from None
 
 
 def chat_setup(args, target: sbj.Target, conversations: bool):
@@ -174,17 +195,21 @@ def chat_setup(args, target: sbj.Target, conversations: bool):
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="specblock-decode", description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", type=Path, required=True,
-                   help="JSONL with {id, prompt} (or {id, messages}) per line")
+                   help="JSONL with {id, prompt} (or {id, messages}) per line, or a shipped set's name "
+                        "(humaneval: assets/prompts/humaneval.jsonl)")
     p.add_argument("--chat-template", type=Path, default=None,
                    help="Jinja chat template for conversation records (default: the tokenizer's)")
     p.add_argument("--thinking", choices=("on", "off", "default"), default="default",
                    help="Qwen3's enable_thinking switch for conversation records")
     p.add_argument("--out", type=Path, required=True, help="JSONL results (appended; resumable)")
+    p.add_argument("--new-file", action="store_true",
+                   help="start --out afresh (its rows are discarded) instead of resuming it")
+    p.add_argument("--strict", action="store_true", help="exit 1 when any record failed (default: 0)")
     p.add_argument("--target", default=DEFAULT_TARGET, help="HF checkpoint folder (default %(default)s)")
     p.add_argument("--random-target", action="store_true",
                    help="use a randomly initialised tiny Qwen3 with the shipped tokenizer (smoke tests)")
     p.add_argument("--method", default="ar",
-                   help=" | ".join(("ar", *methods.weightless_kinds(), "a trained drafter folder"))
+                   help=" | ".join(("ar", *methods.weightless_kinds(), "a drafter folder or a shipped one's name"))
                         + " (default %(default)s)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="default per record")
     p.add_argument("--temperature", type=float, default=0.0, help="default per record; 0 = greedy")
@@ -255,7 +280,8 @@ def host_out_path(out: Path) -> Path:
 
 
 def _write(out, rec, res) -> None:
-    out.write({"id": rec["id"], "text": res.text, "token_ids": res.token_ids, "stats": res.stats.to_dict()})
+    out.write({"id": rec["id"], "text": res.text, "token_ids": res.token_ids, "stats": res.stats.to_dict(),
+               "settings": rec["settings"]})
 
 
 def decode_refill(args, target, served, adapter, mesh, todo, out, bar) -> tuple[int, float, float]:
@@ -277,7 +303,7 @@ def decode_refill(args, target, served, adapter, mesh, todo, out, bar) -> tuple[
         bar.set_postfix(tok_s=f"{acc['tokens'] / run_s:.1f}" if run_s > 0 else "-")
 
     recs = [rec for _, rec in todo]
-    served.generate(target, [r["prompt"] for r in recs], max_new_tokens=[r["budget"] for r in recs],
+    served.generate(target, [r["ids"] for r in recs], max_new_tokens=[r["budget"] for r in recs],
                     seed=args.seed, adapter=adapter, on_batch=finished,
                     sampling=sbj.Sampling([r["temp"] for r in recs], top_k=args.top_k, top_p=args.top_p),
                     options=sbj.DecodeOptions(batch_size=args.batch_size, refill=True, refill_rows=args.refill_rows))
@@ -295,7 +321,7 @@ def decode_batches(args, target, served, adapter, mesh, todo, out, bar) -> tuple
     for start in range(0, num_batches * args.batch_size, args.batch_size):
         batch = [rec for _, rec in todo[start:start + args.batch_size]]
         t0 = time.perf_counter()
-        results = served.generate(target, [r["prompt"] for r in batch],
+        results = served.generate(target, [r["ids"] for r in batch],
                                   max_new_tokens=[r["budget"] for r in batch], seed=args.seed, adapter=adapter,
                                   sampling=sbj.Sampling([r["temp"] for r in batch], top_k=args.top_k, top_p=args.top_p),
                                   options=sbj.DecodeOptions(batch_size=args.batch_size, mesh=mesh, refill=False))
@@ -316,6 +342,85 @@ def decode_batches(args, target, served, adapter, mesh, todo, out, bar) -> tuple
     return tokens, run_s, compile_s
 
 
+def job_records(args, target):
+    """(records, errors, chat tokenizer or None, ChatFormat, line of every record key in the file):
+    the prompt file read once, conversations rendered to token ids, cut to --limit and to this
+    host's share (process 0 reports the error records)."""
+    records, errors = sbj.read_prompts(args.prompts, conversations=True)
+    line_of = {r["key"]: r["line"] for r in records}
+    tok, fmt = chat_setup(args, target, any(r["messages"] for r in records))
+    for rec in records:  # conversations become token ids: the template with its generation prompt
+        if rec["messages"]:
+            rec["prompt"] = chat.generation_prompt(tok, rec["messages"], fmt)
+    if args.limit and len(records) > args.limit:  # the first N records and the errors among them
+        cutoff = records[args.limit]["line"]
+        records, errors = records[: args.limit], [e for e in errors if e["line"] < cutoff]
+    if jax.process_count() > 1:
+        records = parallel.host_shard(records)
+        errors = errors if jax.process_index() == 0 else []
+    return records, errors, tok, fmt, line_of
+
+
+def record_settings(args, records, chat_format: dict | None) -> None:
+    """Each record's budget, temperature and "settings": the method and every setting that
+    changes its tokens, as its output row records them (a resume must match them)."""
+    base = {"method": method_record(args.method), "target": "random" if args.random_target else args.target,
+            "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed, "chat": chat_format}
+    for rec in records:
+        rec["budget"] = rec["max_new_tokens"] or args.max_new_tokens
+        rec["temp"] = args.temperature if rec["temperature"] is None else float(rec["temperature"])
+        rec["settings"] = base | {"max_new_tokens": rec["budget"], "temperature": rec["temp"]}
+
+
+def check_resume(out: Path, records, done: dict) -> None:
+    """Exit 2 (one line) when --out holds a record decoded with other settings than this run's."""
+    for rec in records:
+        row = done.get(rec["key"])
+        if row is None or row.get("settings") == rec["settings"]:
+            continue
+        old = row.get("settings") or {}
+        diff = "; ".join(f"{k} {old.get(k)!r} there, {v!r} here" for k, v in rec["settings"].items()
+                         if old.get(k) != v) if old else "no settings recorded there"
+        raise usage_error("specblock-decode", f"--out: {out} holds record {rec['id']!r} decoded with other "
+                                              f"settings ({diff}); resume with those, or pass --new-file to "
+                                              "start the file afresh")
+
+
+def plan(target, records, errors, done: dict) -> tuple[list, list]:
+    """(todo: (prompt length, record) with the record's token ids, the error rows still to write):
+    every prompt encoded and checked once (`prompt_ids`, as `generate` checks it); one that cannot
+    be decoded (empty, over-long) becomes an error row naming its record."""
+    limit, todo = target.config.max_position_embeddings, []
+    for rec in records:
+        if rec["key"] in done:
+            continue
+        try:
+            rec["ids"] = prompt_ids(target, rec["prompt"], rec["budget"], limit)
+        except ValueError as e:
+            errors.append({"key": f"line {rec['line']}", "id": rec["id"], "line": rec["line"], "error": str(e)})
+            continue
+        todo.append((len(rec["ids"]), rec))
+    return todo, [e for e in errors if e["key"] not in done]
+
+
+def in_input_order(path: Path, line_of: dict) -> list:
+    """Rewrites a finished output file in input order (rows of records no longer in the input
+    last); an error row of a record decoded since (e.g. over-long before a smaller budget) is
+    dropped. Returns its rows."""
+    rows = jsonl.read_rows(path)
+    decoded = {line_of.get(row_key(r)) for r in rows if "error" not in r}
+    keep = [r for r in rows if "error" not in r or r.get("line") not in decoded]
+
+    def place(row):  # (0, its input line), or (1, 0): a row of a record no longer in the input
+        line = row.get("line") if "error" in row else line_of.get(row_key(row))
+        return (0, line) if isinstance(line, int) else (1, 0)
+
+    ordered = sorted(keep, key=place)  # (stable: equal places keep their file order)
+    if ordered != rows:
+        jsonl.replace_rows(path, ordered)
+    return ordered
+
+
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     args = parse_args(argv)
@@ -324,9 +429,10 @@ def main(argv=None) -> int:
         "--top-p": checks.top_p, "--batch-size": at_least(1), "--refill-rows": at_least(1), "--limit": at_least(1)})
     parallel.distributed.initialize_from_args(args)  # before any other JAX call
     use_cache_flags(args)
+    args.prompts = shipped_prompts(args.prompts)
     if not args.prompts.is_file():
         raise usage_error("specblock-decode", f"--prompts: {args.prompts}: no such prompt file")
-    args.method, method_adapt = methods.split_adapt(args.method)
+    args.method, method_adapt = methods.split_adapt(shipped_method(args.method))
     if method_adapt is not None:  # ':adapt...' keys on the method work like --adapt
         args.adapt = True
         args.adapt_settings = ",".join(filter(None, [args.adapt_settings, method_adapt]))
@@ -340,9 +446,41 @@ def main(argv=None) -> int:
         log.info("mesh %s over %d devices, %d processes", parallel.mesh_str(mesh),
                  jax.device_count(), jax.process_count())
     target = load_target(args)
-    records, errors = sbj.read_prompts(args.prompts, conversations=True)
-    tok, fmt = chat_setup(args, target, any(r["messages"] for r in records))
+    records, errors, tok, fmt, line_of = job_records(args, target)
+    record_settings(args, records, fmt.record(tok) if tok is not None else None)
+    args.out = host_out_path(args.out)
+    if args.new_file and args.out.exists():
+        args.out.unlink()
+    done = {row_key(r): r for r in jsonl.read_rows(args.out) if isinstance(r, dict)}
+    check_resume(args.out, records, done)
     served = cli_method(args.method, target, fmt.record(tok) if tok is not None else None)
+    adapter = setup_adapter(args, served, mesh)
+    if mesh is not None:  # lay the weights out once (generate then finds them in place)
+        plan_ = parallel.ShardingPlan(mesh)
+        target = target.replace(params=plan_.put(target.params))
+        if served.drafter is not None:
+            served = dataclasses.replace(served, drafter=served.drafter._replace(params=plan_.put(served.drafter.params)))
+    todo, new_errors = plan(target, records, errors, done)
+    out = jsonl.Appender(args.out)
+    for e in new_errors:
+        log.warning("%s line %d (id %r): %s", args.prompts, e["line"], e["id"], e["error"])
+        out.write({k: e[k] for k in ("id", "line", "error")})
+    log.info("%d records to decode, %d already done, %d errors", len(todo),
+             len(done.keys() & {r["key"] for r in records}), len(new_errors))
+    todo.sort(key=lambda x: x[0])  # similar lengths share a batch and a length bucket
+    refill = mesh is None and not args.no_refill and len(todo) > args.batch_size
+    with tqdm(total=len(todo), desc=f"decode ({args.method})", unit="rec") as bar, show_compiles(bar):
+        run = decode_refill if refill else decode_batches
+        tokens, run_s, compile_s = run(args, target, served, adapter, mesh, todo, out, bar)
+    out.close()
+    args.saver(force=True)
+    return report(args, served, adapter, todo, tokens, run_s, compile_s,
+                  in_input_order(args.out, line_of), {r["line"] for r in records} | {e["line"] for e in errors})
+
+
+def setup_adapter(args, served, mesh):
+    """The serving-time adapter (--adapt; None without), its state loaded from --adapt-state
+    (default <out>.adapter) when a job resumes; sets args.saver."""
     adapter = None
     if args.adapt:
         if served.auto is not None:
@@ -351,7 +489,7 @@ def main(argv=None) -> int:
             raise SystemExit("--adapt does not run under a mesh yet")
         adapter = make_adapter(args.method, served, args.adapt_settings)
         state = args.adapt_state or args.out.with_name(args.out.name + ".adapter")
-        if (state / "state.json").exists():
+        if (state / "state.json").exists() and not args.new_file:
             try:
                 adapter.load_state(str(state))
             except ValueError as e:
@@ -361,50 +499,11 @@ def main(argv=None) -> int:
         args.adapt_state = state
     args.saver = AdapterSaver(adapter, args.adapt_state if adapter is not None else None,
                               args.adapt_state_every)
-    if mesh is not None:  # lay the weights out once (generate then finds them in place)
-        plan = parallel.ShardingPlan(mesh)
-        target = target.replace(params=plan.put(target.params))
-        if served.drafter is not None:
-            served = dataclasses.replace(served, drafter=served.drafter._replace(params=plan.put(served.drafter.params)))
-    for rec in records:  # conversations become token ids: the template with its generation prompt
-        if rec["messages"]:
-            rec["prompt"] = chat.generation_prompt(tok, rec["messages"], fmt)
-    if args.limit and len(records) > args.limit:  # the first N records and the errors among them
-        cutoff = records[args.limit]["line"]
-        records, errors = records[: args.limit], [e for e in errors if e["line"] < cutoff]
-    if jax.process_count() > 1:  # this host's share; process 0 reports the error records
-        records = parallel.host_shard(records)
-        errors = errors if jax.process_index() == 0 else []
-    args.out = host_out_path(args.out)
-    finished = done_keys(args.out)
-    limit = target.config.max_position_embeddings
-    todo = []
-    for rec in records:
-        if rec["key"] in finished:
-            continue
-        rec["budget"] = rec["max_new_tokens"] or args.max_new_tokens
-        rec["temp"] = args.temperature if rec["temperature"] is None else float(rec["temperature"])
-        n = len(encode_prompts(target, [rec["prompt"]])[0])
-        if n + rec["budget"] > limit:
-            errors.append({"key": f"line {rec['line']}", "id": rec["id"], "line": rec["line"],
-                           "error": f"{n} prompt tokens + {rec['budget']} new tokens exceed the "
-                                    f"model's {limit} positions"})
-            continue
-        todo.append((n, rec))
-    out = Appender(args.out)
-    new_errors = [e for e in errors if e["key"] not in finished]
-    for e in new_errors:
-        log.warning("%s line %d (id %r): %s", args.prompts, e["line"], e["id"], e["error"])
-        out.write({k: e[k] for k in ("id", "line", "error")})
-    log.info("%d records to decode, %d already done, %d errors", len(todo),
-             len(finished & {r["key"] for r in records}), len(new_errors))
-    todo.sort(key=lambda x: x[0])  # similar lengths share a batch and a length bucket
-    refill = mesh is None and not args.no_refill and len(todo) > args.batch_size
-    with tqdm(total=len(todo), desc=f"decode ({args.method})", unit="rec") as bar, show_compiles(bar):
-        run = decode_refill if refill else decode_batches
-        tokens, run_s, compile_s = run(args, target, served, adapter, mesh, todo, out, bar)
-    out.close()
-    args.saver(force=True)
+    return adapter
+
+
+def report(args, served, adapter, todo, tokens, run_s, compile_s, rows, job_lines: set) -> int:
+    """The closing lines; exit status 1 when every record of the job failed, or any with --strict."""
     if served.auto is not None:
         print(f"auto: {json.dumps(served.auto.summary())}")
     if adapter is not None:
@@ -412,17 +511,17 @@ def main(argv=None) -> int:
         if args.adapt_save:
             adapter.save(str(args.adapt_save))
             print(f"adapted drafter -> {args.adapt_save}")
-    print(f"\n{len(todo)} records decoded with {args.method} -> {args.out}; {len(new_errors)} error records")
+    failed = sum(1 for r in rows if "error" in r and r.get("line") in job_lines)
+    print(f"\n{len(todo)} records decoded with {args.method} -> {args.out}; {failed} error records")
     print(f"{tokens} new tokens, {tokens / run_s if run_s else float('nan'):.1f} tokens/s "
           f"(compilation excluded: {compile_s:.1f} s)")
-    if new_errors and not todo and not (finished & {r["key"] for r in records}):
-        print(f"specblock-decode: every record failed ({len(new_errors)} of {len(new_errors)}); see {args.out}",
-              file=sys.stderr)
+    if failed and failed == len(job_lines):
+        print(f"specblock-decode: every record failed ({failed} of {failed}); see {args.out}", file=sys.stderr)
         return 1
-    if new_errors:
-        print(f"specblock-decode: {len(new_errors)} of {len(new_errors) + len(todo)} records failed (their "
-              f"errors are in {args.out})", file=sys.stderr)
-    return 0
+    if failed:
+        print(f"specblock-decode: {failed} of {len(job_lines)} records failed (their errors are in "
+              f"{args.out}){'' if args.strict else '; --strict makes that exit 1'}", file=sys.stderr)
+    return 1 if failed and args.strict else 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from specblock_jax import checks
 from specblock_jax.decoding.options import DecodeOptions
 from specblock_jax.decoding.sampling import Sampling
 from specblock_jax.models.target import Target
-from specblock_jax.decoding.prompts import encode_prompts
+from specblock_jax.decoding.prompts import prompt_ids
 
 MAX_STOP_TOKENS = 8
 
@@ -114,20 +114,19 @@ def prepare(target: Target, prompts, *, sampling: Sampling, max_new_tokens, seed
 
 def make_requests(target: Target, prompts: Sequence[str | Sequence[int]], *, max_new_tokens, temperature,
                   key_index: Sequence[int] | None, limit: int) -> list[Request]:
-    """The call's requests, checked: budgets >= 1, prompt + budget within the cache `limit`;
-    key_index defaults to the prompts' positions."""
-    ids = encode_prompts(target, prompts)
-    budget = per_prompt(max_new_tokens, len(ids), "max_new_tokens")
-    temps = per_prompt(temperature, len(ids), "temperature")
-    key_ids = list(range(len(ids))) if key_index is None else [int(k) for k in key_index]
-    if len(key_ids) != len(ids):
-        raise ValueError(f"key_index: got {len(key_ids)} values for {len(ids)} prompts")
-    for i, toks in enumerate(ids):
+    """The call's requests, checked (`prompt_ids`: the one check `specblock-decode` also makes):
+    no empty prompt, budgets >= 1, prompt + budget within the cache `limit`; ValueError naming the
+    prompt's index otherwise. key_index defaults to the prompts' positions."""
+    budget = per_prompt(max_new_tokens, len(prompts), "max_new_tokens")
+    temps = per_prompt(temperature, len(prompts), "temperature")
+    key_ids = list(range(len(prompts))) if key_index is None else [int(k) for k in key_index]
+    if len(key_ids) != len(prompts):
+        raise ValueError(f"key_index: got {len(key_ids)} values for {len(prompts)} prompts")
+    ids = []
+    for i, prompt in enumerate(prompts):
         try:  # (temperatures were checked by `Sampling`)
             checks.max_new_tokens(budget[i])
+            ids.append(prompt_ids(target, prompt, budget[i], limit))
         except ValueError as e:
             raise ValueError(f"prompt {i}: {e}") from None
-        if len(toks) + budget[i] > limit:
-            raise ValueError(f"prompt {i}: {len(toks)} prompt tokens + max_new_tokens={budget[i]} "
-                             f"exceed the cache limit of {limit} tokens")
     return [Request(i, ids[i], budget[i], temps[i], key_ids[i]) for i in range(len(ids))]
