@@ -126,41 +126,36 @@ def split_calibrate(method: str) -> tuple[str, bool]:
     return ":".join(keep), on
 
 
-def split_oracle(method: str) -> tuple[str, str | None]:
-    """Strips ':oracle=LABELS_DIR' from a BlockPilot method: (the method without it, the folder of
-    labels (`specblock-train blockpilot labels`) whose best size per prompt sizes each request)."""
+def split_host_settings(method: str) -> tuple[str, dict[str, str]]:
+    """Strips a method's host-side settings (a kind's `DrafterKind.method_settings`, e.g.
+    BlockPilot's ':oracle=LABELS_DIR'): (the method without them, {key: value})."""
+    names = registry.method_setting_names()
     base, *pairs = method.split(":")
-    keep, folder = [base], None
+    keep, found = [base], {}
     for pair in pairs:
         key, _, value = pair.partition("=")
-        if key == "oracle":
-            if not value:
-                raise SystemExit(f"--methods: {method!r}: oracle takes a label folder")
-            folder = value
+        if key in names:
+            found[key] = value
         else:
             keep.append(pair)
-    return ":".join(keep), folder
+    return ":".join(keep), found
 
 
-def oracle_method(served: Method, folder: str, target, method: str) -> Method:
-    """The BlockPilot drafter of `served` with each request given its label's best size in place of
-    the policy's choice (`specblock_jax.drafters.blockpilot._labels.oracle_table`: measured speed,
-    ties to the training block size), served as the policy is (per-row sizes in one loop)."""
-    import dataclasses
-
-    from specblock_jax.decoding.prompts import encode_prompts
-    from specblock_jax.drafters.blockpilot import BlockPilotDrafter
-    from specblock_jax.drafters.blockpilot._labels import oracle_table
-
-    inner, params = served.drafter if served.drafter is not None else (None, ())
-    if not isinstance(inner, BlockPilotDrafter) or served.auto is not None:
-        raise SystemExit(f"--methods: {method!r}: oracle= sizes a BlockPilot drafter; this one is not one")
-    try:
-        table = oracle_table(Path(folder), lambda texts: encode_prompts(target, texts), inner.policy.sizes,
-                              inner.dflash.config.block_size)
-    except (OSError, ValueError, KeyError) as e:
-        raise SystemExit(f"--methods: {method!r}: {e}") from None
-    return Method(method, sbj.LoadedDrafter(dataclasses.replace(inner, oracle=table), params))
+def apply_host_settings(served: Method, settings: dict[str, str], target, method: str) -> Method:
+    """`served` with each host-side setting applied by its drafter's kind; a clear exit for a
+    setting the kind does not have or a value it refuses."""
+    if served.drafter is None or served.auto is not None:
+        raise SystemExit(f"--methods: {method!r}: {', '.join(settings)}= needs a plain drafter method")
+    kind = registry.get(served.drafter.drafter.kind)
+    loaded = served.drafter
+    for key, value in settings.items():
+        if key not in kind.method_settings:
+            raise SystemExit(f"--methods: {method!r}: {key}= is not a setting of the {kind.name} kind")
+        try:
+            loaded = kind.method_settings[key](loaded, value, target)
+        except ValueError as e:
+            raise SystemExit(f"--methods: {method!r}: {key}: {e}") from None
+    return Method(method, loaded)
 
 
 def profile_summary(results) -> dict:
@@ -217,12 +212,12 @@ def prepare_method(target, method, temperature, batch_size, args, cal_prompts: l
     held out from the measurement, `calibration_split`) and its adapter."""
     base, calib = split_calibrate(method)
     base, adapt = split_adapt(base)
-    base, oracle = split_oracle(base)
+    base, host = split_host_settings(base)
     served = cli_method(base, target)
-    if oracle is not None:
+    if host:
         if calib or adapt is not None:
-            raise SystemExit(f"--methods: {method!r}: an oracle method neither calibrates nor adapts")
-        served = oracle_method(served, oracle, target, method)
+            raise SystemExit(f"--methods: {method!r}: a method with {', '.join(host)}= neither calibrates nor adapts")
+        served = apply_host_settings(served, host, target, method)
     calibration = None
     if served.auto is not None and (calib or adapt is not None):
         raise SystemExit(f"--methods: {method!r}: an auto: method neither calibrates nor adapts")
@@ -526,7 +521,7 @@ def main(argv=None) -> int:
     if args.price_only:
         if pricer is None or args.price_cache is None:
             raise SystemExit("--price-only needs --price TOPO,PRESET and --price-cache DIR")
-        drafters = [cli_method(split_oracle(split_adapt(split_calibrate(m)[0])[0])[0], target) for m in methods]
+        drafters = [cli_method(split_host_settings(split_adapt(split_calibrate(m)[0])[0])[0], target) for m in methods]
         price_all(pricer, drafters, methods, [int(b) for b in str(args.batch_size).split(",")])
         return 0
     records, errors = read_prompts(args.prompts)

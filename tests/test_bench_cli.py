@@ -145,11 +145,14 @@ def test_bench_rejects_bad_calibration_settings():
 
 
 def test_bench_oracle_option_is_split_off_and_named_portably():
-    assert bench.split_oracle("a/blockpilot:oracle=data/l/heldout:masked=false") == (
-        "a/blockpilot:masked=false", "data/l/heldout")
-    assert bench.split_oracle("a/dflash:block_size=4") == ("a/dflash:block_size=4", None)
-    with pytest.raises(SystemExit, match="oracle takes a label folder"):
-        bench.split_oracle("a/blockpilot:oracle=")
+    """A kind's host-side setting (BlockPilot's oracle=, from the registry) is split off by name;
+    one the drafter's kind does not have is refused naming the kind."""
+    assert bench.split_host_settings("a/blockpilot:oracle=data/l/heldout:masked=false") == (
+        "a/blockpilot:masked=false", {"oracle": "data/l/heldout"})
+    assert bench.split_host_settings("a/dflash:block_size=4") == ("a/dflash:block_size=4", {})
+    served = bench.Method("prompt_lookup", sbj.LoadedDrafter(PromptLookup(), ()))
+    with pytest.raises(SystemExit, match="oracle= is not a setting of the prompt_lookup kind"):
+        bench.apply_host_settings(served, {"oracle": "x"}, None, "prompt_lookup:oracle=x")
     row = {"method": "a/blockpilot:oracle=data/l/heldout", "temperature": 0.0, "batch_size": 8}
     assert bench_report.output_name(row) == "outputs_blockpilot__oracle-data-l-heldout_T0_b8.jsonl"
 

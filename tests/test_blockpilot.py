@@ -384,7 +384,7 @@ def test_speed_labels_divide_each_prompts_tau_by_its_sizes_step_cost(tmp_path):
 @pytest.mark.slow
 def test_label_files_resume_without_repeating_a_prompt_or_a_profile(target, pilot, tmp_path):
     from specblock_jax.drafters.blockpilot._labels import read_labels
-    from specblock_jax_cli.train.blockpilot import write_labels
+    from specblock_jax.drafters.blockpilot import write_labels
     task, drafter, params = pilot
     save_drafter(drafter.dflash, params["dflash"]["draft"], tmp_path / "dflash", dtype="float32")
     rng = np.random.default_rng(0)
@@ -414,7 +414,7 @@ def test_blockpilot_configs_set_only_known_keys(path, tmp_path):
 
     import yaml
 
-    from specblock_jax_cli.train.blockpilot import apply_config, parsers
+    from specblock_jax.drafters.blockpilot import apply_config, parsers
     p, subparsers = parsers("x")
     apply_config(Path(path), subparsers)
     cfg = yaml.safe_load(Path(path).read_text())

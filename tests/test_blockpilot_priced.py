@@ -102,7 +102,7 @@ def test_the_shipped_blockpilot_v5p_drafter_is_lossless(shipped):
 
 
 def test_the_v5p_config_trains_on_the_committed_priced_costs():
-    from specblock_jax_cli.train.blockpilot import apply_config, parsers
+    from specblock_jax.drafters.blockpilot import apply_config, parsers
     p, subparsers = parsers("x")
     apply_config(ROOT / "configs" / "drafters" / "blockpilot-v5p.yaml", subparsers)
     args = p.parse_args(["train"])

@@ -6,7 +6,7 @@
 
 Every run goes through the one trainer (`specblock_jax.trainer.trainer.train`). `target` runs
 `train.train_target` (the target's task, `specblock_jax.trainer.target_task`); a kind that names
-its own training command (`DrafterKind.train_command`: `blockpilot` runs `train.blockpilot`, its
+its own training command (`DrafterKind.train_command`: `blockpilot` runs its package's `_command.main`, its
 labels and its policy's registered task) runs it with its options as they are.
 Any other kind is a drafter kind with a training task in the drafter registry
 (`specblock_jax.drafters.registry`). For a drafter kind the config is the YAML
@@ -229,18 +229,18 @@ def regen_chat_format(regen_dir: str) -> dict[str, Any] | None:
 
 
 def own_command(name: str):
-    """The module of this package that trains kind `name` (its `DrafterKind.train_command`), or
-    None for the target, an unknown name or a kind trained from a YAML config."""
-    if name not in registry.kinds() or registry.get(name).train_command is None:
+    """The `main(argv, prog)` that trains kind `name` (its `DrafterKind.train_command`), or None
+    for the target, an unknown name or a kind trained from a YAML config."""
+    if name not in registry.kinds():
         return None
-    return importlib.import_module(f"{__package__}.{registry.get(name).train_command}")
+    return registry.get(name).train_command
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = own_command(argv[0]) if argv else None
-    if command is not None:  # a kind trained by its own command (BlockPilot: train/blockpilot.py)
-        command.main(argv[1:], prog=f"specblock-train {argv[0]}")
+    if command is not None:  # a kind trained by its own command (BlockPilot's, in its package)
+        command(argv[1:], prog=f"specblock-train {argv[0]}")
         return
     kinds = ["target", *registry.kinds(trainable=True)]
     parser = argparse.ArgumentParser(

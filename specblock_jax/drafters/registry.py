@@ -13,6 +13,8 @@ A kind is the name written as "kind" in a drafter folder's `config.json` ("eagle
         formats=(ReleasedFormat(...),),       # released layouts it reads and writes (hf_format.py)
         aot=AotPreset(...),            # its drafter as released, for ahead-of-time pricing (aot/)
         legacy_names=("Eagle3Drafter",),      # "kind" values older folders wrote
+        train_command=main,            # optional: a kind trained by a command of its own (BlockPilot)
+        method_settings={"oracle": f}, # optional: host-side method settings (BlockPilot's oracle)
     ))
 
 Kinds are found by convention: kind `k` is the package `specblock_jax.drafters.k`, whose
@@ -120,10 +122,14 @@ class DrafterKind:
     """"kind" values that older drafter folders wrote (the drafter class name)."""
     convert: Converter | None = None
     """Its `specblock-convert` subcommand, if it has one."""
-    train_command: str | None = None
+    train_command: Callable[[list[str], str], None] | None = None
     """For a kind trained from labels its own command decodes (not from a YAML config by the one
-    trainer): the module of the command-line package's train/ folder whose `main(argv, prog)`
-    `specblock-train KIND ARGS` runs."""
+    trainer): its `main(argv, prog)`, which `specblock-train KIND ARGS` runs (BlockPilot's lives
+    in its package, `_command.py`)."""
+    method_settings: dict[str, Callable[[Any, str, Any], Any]] = dataclasses.field(default_factory=dict)
+    """A method's `:key=value` settings that the kind applies on the host to a loaded drafter
+    (not decoding settings): {key: (LoadedDrafter, value, Target) -> LoadedDrafter}, ValueError
+    on a bad value (BlockPilot's `oracle=LABELS_DIR`; `specblock-bench` applies them by name)."""
     presets: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
     """Named decoding settings (e.g. EAGLE-3's "paper": the paper's tree), chosen with
     `load_drafter(..., preset=NAME)` or a method's ':preset=NAME'; other settings given beside
@@ -211,3 +217,8 @@ def kind_of(drafter: Any, required: bool = True) -> DrafterKind | None:
     if name is None:
         raise ValueError(f"{type(drafter).__name__} has no `kind`: it is not a registered drafter")
     return get(name)
+
+
+def method_setting_names() -> set[str]:
+    """Every registered kind's host-side method setting names (`DrafterKind.method_settings`)."""
+    return {key for name in kinds() for key in get(name).method_settings}

@@ -72,3 +72,25 @@ def oracle_table(folder: Path, encode, sizes, prefer: int | None = None) -> dict
         raise ValueError(f"{folder}: labelled ids not in {settings['prompts']}: {missing[:3]}")
     toks = encode([text[i] for i in ids])
     return {tuple(t): label_sizes[k] for t, k in zip(toks, labels)}
+
+
+def oracle_drafter(loaded, folder: str, target):
+    """A bench method's `:oracle=LABELS_DIR` (the registry's `DrafterKind.method_settings`): the
+    BlockPilot drafter of `loaded` with each request given its label's best size in place of the
+    policy's choice (`oracle_table`: measured speed, ties to the DFlash training block size),
+    served as the policy is (per-row sizes in one loop). ValueError for a missing or mismatched
+    label folder."""
+    import dataclasses
+
+    from specblock_jax.decoding.prompts import encode_prompts
+    from specblock_jax.drafters.base import LoadedDrafter
+
+    inner, params = loaded
+    if not folder:
+        raise ValueError("oracle takes a label folder")
+    try:
+        table = oracle_table(Path(folder), lambda texts: encode_prompts(target, texts), inner.policy.sizes,
+                             inner.dflash.config.block_size)
+    except (OSError, KeyError) as e:
+        raise ValueError(str(e)) from None
+    return LoadedDrafter(dataclasses.replace(inner, oracle=table), params)
