@@ -44,7 +44,6 @@ from flax import nnx
 
 import specblock_jax as sbj
 from specblock_jax.drafters.blockpilot import PolicyConfig, features, init_policy, prefill_features, save_blockpilot
-from specblock_jax.decoding.prompts import read_prompts
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -170,7 +169,7 @@ def main() -> None:
     tables, logits = {}, {}
     for split, file in SPLITS.items():
         t = tables[split] = read_table(args.labels / split, sizes)
-        recs = {r["id"]: r["prompt"] for r in read_prompts(ROOT / "assets/prompts" / file)[0]}
+        recs = {r["id"]: r["prompt"] for r in sbj.read_prompts(ROOT / "assets/prompts" / file)[0]}
         logits[split] = prefill_features(target, [recs[i] for i in t["ids"]], "logits", 0)
         t["speed"] = t["tau"] * t1 / cost1  # per-request priced speedup at batch 1
         t["labels"] = {"ref": first_best(t["tau"]), "speed": first_best(t["speed"])}

@@ -9,7 +9,7 @@
 # Held-out: also that DFlash at block 4, the earlier DFlash 8 and BlockPilot with v5p-priced labels
 # (its policy was trained on the earlier DFlash's labels). Priced steps come from $CACHE (filled by the
 # --price-only step, which can run beside other work). Run on an otherwise idle machine:
-#   sh benchmarks/seed_claims/run.sh      then      python benchmarks/seed_claims/summary.py $OUT
+#   sh benchmarks/seed_claims/run.sh      (then summary.py and t1_acceptance.py, below)
 set -e
 BENCH=${BENCH:-.venv/bin/specblock-bench}
 OUT=${OUT:-outputs/benchmarks/seed_claims}
@@ -31,3 +31,7 @@ $BENCH $B --limit $LIMIT --prompts assets/prompts/heldout.jsonl --out-dir $OUT/h
   --methods $M,$DP:block_size=4,$D,$P5
 $BENCH $B --limit $HE_LIMIT --prompts assets/prompts/humaneval.jsonl --out-dir $OUT/humaneval --methods $M
 $BENCH $B --limit $LIMIT --prompts assets/prompts/shift_sympy.jsonl --out-dir $OUT/unseen_sympy --methods $M
+# the tables of results.md, then the T = 1 acceptance ceiling it quotes (helpers, not run alone)
+PY=${PY:-.venv/bin/python}
+$PY benchmarks/seed_claims/summary.py $OUT
+$PY benchmarks/seed_claims/t1_acceptance.py
