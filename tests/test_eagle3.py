@@ -19,7 +19,7 @@ from specblock_jax.models.layers import rope_cos_sin
 from specblock_jax.training.losses import shift
 from specblock_jax.drafters.io import load_drafter, save_drafter
 from specblock_jax.drafters.base import Prefill
-from specblock_jax.trees.topk_tree import build_topk_tree
+from specblock_jax.drafters.eagle3._topk_tree import build_topk_tree
 from helpers import train_on_fixed_batch
 
 V = 8

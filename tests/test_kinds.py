@@ -1,6 +1,8 @@
-"""A drafter kind is one package that says everything about itself: no kind's name appears as a
-string outside its own package (configs, docs, tests and docstrings aside), and what the rest of the
-code asks of a kind it finds in the kind's one `register(DrafterKind(...))` entry."""
+"""A drafter kind is one package that says everything about itself: no kind's name appears outside
+its own package (configs, docs, tests and docstrings aside) as a string, an identifier (a name,
+attribute, function or class: `BlockPilotDrafter`, `eagle3_objective`) or an import path
+(`specblock_jax.drafters.dflash`), and what the rest of the code asks of a kind it finds in the
+kind's one `register(DrafterKind(...))` entry."""
 
 from __future__ import annotations
 
@@ -59,6 +61,52 @@ def kind_literals(path: Path, root: Path, kinds: list[str]) -> list[tuple[str, s
     return found
 
 
+def _words(identifier: str) -> list[str]:
+    """An identifier's lowercase words: `BlockPilotDrafter` -> block, pilot, drafter;
+    `eagle3_objective` -> eagle3, objective (digits stay with their word)."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", identifier)
+    return [w for w in spaced.lower().split("_") if w]
+
+
+def _names_kind(identifier: str, kind: str) -> bool:
+    """Whether the identifier's words, run together, contain the kind's name without underscores
+    (`PromptLookup`, `blockpilot_policy`, `load_eagle3`); the project's own package names
+    (`specblock_jax`, `specblock_jax_cli`) aside."""
+    words = _words(identifier)
+    return words[:2] != ["specblock", "jax"] and kind.replace("_", "") in "".join(words)
+
+
+def kind_identifiers(path: Path, root: Path, kinds: list[str]) -> list[tuple[str, str, int, str]]:
+    """(file, kind, line, what) of each identifier or import path in `path` that names one of
+    `kinds`, unless the file is in that kind's own package."""
+    rel = str(path.relative_to(root))
+    parts = path.relative_to(root).parts
+    own = parts[2] if parts[:2] == ("specblock_jax", "drafters") and len(parts) > 3 else None
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.alias):
+            names = [node.asname or node.name.split(".")[-1]]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            mod = node.module.split(".")
+            if mod[:2] == ["specblock_jax", "drafters"] and len(mod) > 2 and mod[2] in kinds and mod[2] != own:
+                found.append((rel, mod[2], node.lineno, node.module))
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                mod = alias.name.split(".")
+                if mod[:2] == ["specblock_jax", "drafters"] and len(mod) > 2 and mod[2] in kinds and mod[2] != own:
+                    found.append((rel, mod[2], node.lineno, alias.name))
+        for name in names:
+            found += [(rel, k, getattr(node, "lineno", 0), name) for k in kinds if k != own and _names_kind(name, k)]
+    return found
+
+
 def _code_files() -> list[Path]:
     return sorted((ROOT / "specblock_jax").rglob("*.py")) + sorted((ROOT / "infer").glob("*.py")) \
         + sorted((ROOT / "train").glob("*.py"))
@@ -69,6 +117,28 @@ def test_no_kind_is_named_outside_its_package():
     unexpected = sorted(f for f in found if f[:2] not in ALLOWED and f[:2] not in PENDING)
     assert unexpected == [], "name the kind through the registry (drafters/registry.py) instead"
     assert {f[:2] for f in found} >= PENDING, "a pending file no longer names the kind: drop its PENDING entry"
+
+
+def test_no_kind_is_named_by_an_identifier_or_import_outside_its_package():
+    found = [f for p in _code_files() for f in kind_identifiers(p, ROOT, SHIPPED)]
+    unexpected = sorted(f for f in found if f[:2] not in ALLOWED)
+    assert unexpected == [], "reach the kind through the registry (drafters/registry.py) instead"
+
+
+def test_the_identifier_check_catches_names_and_imports_and_nothing_else(tmp_path):
+    src = tmp_path / "infer" / "x.py"
+    src.parent.mkdir(parents=True)
+    src.write_text("import specblock_jax\nfrom specblock_jax.drafters.dflash import KIND\n"
+                   "from specblock_jax.drafters import registry\n"
+                   "def load_eagle3(x):\n    return x.PromptLookup\n"
+                   "class SpecblockJaxThing:\n    pass\nspecblock_jax.decoding\nblocks = 1\n")
+    kinds = ["eagle3", "dflash", "prompt_lookup", "specblock"]
+    got = sorted((k, line) for _, k, line, _ in kind_identifiers(src, tmp_path, kinds))
+    assert got == [("dflash", 2), ("eagle3", 4), ("prompt_lookup", 5)]
+    own = tmp_path / "specblock_jax" / "drafters" / "dflash" / "_y.py"
+    own.parent.mkdir(parents=True)
+    own.write_text("from specblock_jax.drafters.dflash._model import DFlashDrafter\n")
+    assert kind_identifiers(own, tmp_path, kinds) == []
 
 
 def test_the_literal_check_catches_a_kind_name_and_nothing_else(tmp_path):

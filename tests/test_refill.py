@@ -11,7 +11,7 @@ import pytest
 import specblock_jax as sbj
 from specblock_jax.decoding import compilation_count
 from specblock_jax.decoding.refill import put_rows
-from specblock_jax.drafters import PromptLookup
+from specblock_jax.drafters.prompt_lookup import PromptLookup
 from specblock_jax.drafters.eagle3._model import Eagle3Drafter
 from specblock_jax.drafters.eagle3._train import Eagle3Task
 from specblock_jax.models.kv_cache import KVCache

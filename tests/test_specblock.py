@@ -17,7 +17,7 @@ from specblock_jax.drafters.specblock._train import SpecBlockTask, block_attenti
 from specblock_jax.models.attention import attend
 from specblock_jax.training.losses import draft_loss
 from specblock_jax.training.losses import rank_loss as specblock_rank_loss
-from specblock_jax.trees.rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
+from specblock_jax.drafters.specblock._rank_tree import RankTreeSettings, build_rank_tree, rank_class, top_tokens
 from helpers_sampling import chi_square_pvalue, exact_pair_distribution, sampled_pair_counts
 from helpers import train_on_fixed_batch
 

@@ -11,7 +11,7 @@ from helpers_sampling import (VARIANTS, V, TableTreeDrafter, chi_square_pvalue, 
                               perturbed_bigram_logits, sample_rows, top_k_table)
 from spec_drafters import RandomTreeDrafter
 from specblock_jax.decoding import compilation_count
-from specblock_jax.drafters import PromptLookup
+from specblock_jax.drafters.prompt_lookup import PromptLookup
 
 
 def _prompts(n, vocab, seed=0, max_len=30):

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 import specblock_jax as sbj
-from specblock_jax.drafters import PromptLookup
+from specblock_jax.drafters.prompt_lookup import PromptLookup
 from specblock_jax.drafters import registry
 from specblock_jax.training.regen_dataset import BatchIterator, RegenDataset, is_validation
 from specblock_jax.training.task import parse_settings

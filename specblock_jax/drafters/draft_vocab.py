@@ -82,10 +82,10 @@ def validate(vocab: DraftVocab, vocab_size: int, head_size: int, where: str) -> 
         raise ValueError(f"{where}: t2d is not the inverse of d2t (a stale or mismatched map)")
 
 
-def eagle3_tensors(vocab: DraftVocab, lm_head: np.ndarray) -> dict[str, np.ndarray]:
-    """EAGLE-3's layout of a draft vocabulary, as released checkpoints store it: "lm_head.weight"
-    (the head's rows [K, H] reordered by ascending target id), "d2t" (target id minus draft index
-    [K] int64) and "t2d" (in the draft vocabulary or not [V] bool)."""
+def released_vocab_tensors(vocab: DraftVocab, lm_head: np.ndarray) -> dict[str, np.ndarray]:
+    """A draft vocabulary as released checkpoints store it (EAGLE-3's convention, which SpecBlock's
+    release shares): "lm_head.weight" (the head's rows [K, H] reordered by ascending target id),
+    "d2t" (target id minus draft index [K] int64) and "t2d" (in the draft vocabulary or not [V] bool)."""
     order = np.argsort(vocab.d2t, kind="stable")
     d2t = np.asarray(vocab.d2t, np.int64)[order]
     return {"lm_head.weight": lm_head[order], "d2t": d2t - np.arange(d2t.shape[0], dtype=np.int64),

@@ -162,7 +162,7 @@ def write(path: str | Path, fmt: str, weights: dict[str, HFWeight], flat: dict, 
     if flat:
         raise ValueError(f"export {fmt}: parameters without a tensor name: {sorted(flat)}")
     if vocab is not None:
-        tensors.update(draft_vocab.eagle3_tensors(vocab, tensors["lm_head.weight"]))
+        tensors.update(draft_vocab.released_vocab_tensors(vocab, tensors["lm_head.weight"]))
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
     (path / "config.json").write_text(json.dumps(config, indent=2))
     return path

@@ -26,7 +26,7 @@ from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.common import TargetWidths, load_model
 from specblock_jax.models.attention import attend_prefix
 from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, rope_cos_sin, write_kv
-from specblock_jax.trees.topk_tree import build_topk_tree
+from specblock_jax.drafters.eagle3._topk_tree import build_topk_tree
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,7 +38,7 @@ from specblock_jax.drafters.base import DraftContext, Prefill
 from specblock_jax.drafters.common import TargetWidths, load_model, switch_on_rows
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.layers import DecoderLayer, RMSNorm, normal_param, rope_cos_sin
-from specblock_jax.trees.rank_tree import RankTreeSettings, TopTokens, build_rank_tree
+from specblock_jax.drafters.specblock._rank_tree import RankTreeSettings, TopTokens, build_rank_tree
 
 RANK_CLASSES = 4
 RANK_FEATURES = 15

@@ -349,7 +349,7 @@ def export(drafter, flat: dict, vocab, path: str | Path, dtype: str = "bfloat16"
     if flat:
         raise ValueError(f"export specblock_hf: parameters without a tensor name: {sorted(flat)}")
     if vocab is not None:
-        tensors.update(draft_vocab.eagle3_tensors(vocab, tensors["lm_head.weight"]))
+        tensors.update(draft_vocab.released_vocab_tensors(vocab, tensors["lm_head.weight"]))
     else:
         tensors["d2t"] = np.zeros((c.vocab_size,), np.int64)
         tensors["t2d"] = np.ones((c.vocab_size,), bool)

@@ -36,7 +36,7 @@ from specblock_jax.drafters.common import FeatureDrafterTask, settings_fields, v
 from specblock_jax.drafters.specblock._model import (SpecBlockConfig, SpecBlockDecoding, SpecBlockDrafter, SpecBlockModel,
                                               block_mask, load_specblock)
 from specblock_jax.models.target import Target
-from specblock_jax.trees.rank_tree import rank_class
+from specblock_jax.drafters.specblock._rank_tree import rank_class
 from specblock_jax.training.losses import chain_tau, draft_loss, label_logits, rank_loss, shift
 from specblock_jax.training.task import frozen_target_outputs, parse_settings
 
