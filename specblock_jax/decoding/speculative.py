@@ -142,17 +142,18 @@ class SpeculativeLoop:
         with the default history width."""
         return dataclasses.replace(self, collect=False, hist_size=0)
 
-    def target_state(self, s: SpeculativeState) -> TargetState:
+    def target_state(self, state: SpeculativeState) -> TargetState:
         """The target-only loop's state at the same point (the step profile's forward_1 at this
         loop's cache)."""
+        s = state
         out = jnp.full((s.out.shape[0], self.max_new), -1, jnp.int32)
         return TargetState(step=s.step, root=s.root, generated=s.generated, out=out, done=s.done, stopped=s.stopped,
                            cache=s.cache, budgets=s.budgets, sampling=s.sampling, keys=s.keys)
 
-    def advance(self, s: SpeculativeState, offset: int) -> SpeculativeState:
+    def advance(self, state: SpeculativeState, offset: int) -> SpeculativeState:
         """The step profile's mid-decode state (decoding/step_profile.py): the history and the
         drafter state's committed length moved `offset` tokens on, as the cache is."""
-        return s._replace(hist_len=s.hist_len + offset, drafter=advance_state(s.drafter, offset))
+        return state._replace(hist_len=state.hist_len + offset, drafter=advance_state(state.drafter, offset))
 
     def tree_forward(self, params, tree: DraftTree, root, cache: KVCache):
         """Step 2: the target forward over the tree with `root` [B] written into node 0, hidden
