@@ -224,7 +224,7 @@ def test_export_refuses_what_the_release_cannot_hold(target, tmp_path, config, b
     drafter = dataclasses.replace(drafter, config=dataclasses.replace(drafter.config, **config))
     params = {**params, "draft": {**params["draft"], "rank_out_bias": params["draft"]["rank_out_bias"] + bias}}
     with pytest.raises(ValueError, match=match):
-        sbj.save_drafter(drafter, params, tmp_path / "out", format="specblock_hf")
+        sbj.save_drafter(drafter, params, tmp_path / "out", format="specblock_hf", target=target)
 
 
 # ------------------------------------------------------------------------------------ BlockPilot

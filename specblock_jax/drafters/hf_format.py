@@ -76,9 +76,10 @@ def export(drafter, flat: dict, vocab, path: str | Path, fmt: str, dtype: str = 
 def target_fields(target, verifier: str = "") -> dict[str, Any]:
     """What an engine layout records of the target a drafter serves, as `export`'s keywords:
     max_positions (its position limit), verifier (`verifier` if given, else the folder the
-    target was read from) and verifier_architectures (its HF architectures). target: a Target
-    (`sbj.load_target`'s: its tokenizer names the folder it was read from) or the path of its HF
-    folder (only config.json is read). `sbj.save_drafter(..., target=)` and `specblock-export`
+    target was read from; "" when neither says: a target without a tokenizer) and
+    verifier_architectures (its HF architectures). target: a Target (`sbj.load_target`'s: its
+    tokenizer names the folder it was read from) or the path of its HF folder (only config.json
+    is read). `sbj.save_drafter(..., target=)` and `specblock-export`
     both take these fields from here."""
     if isinstance(target, (str, Path)):
         file = Path(target) / "config.json"
@@ -88,11 +89,7 @@ def target_fields(target, verifier: str = "") -> dict[str, Any]:
     else:
         config = target.config
         name = getattr(getattr(target, "tokenizer", None), "name_or_path", "") or ""
-    verifier = verifier or name
-    if not verifier:
-        raise ValueError("the target does not say which folder it was read from (it has no tokenizer): "
-                         "pass verifier=NAME, the target's name or path for the serving engine")
-    return {"max_positions": config.max_position_embeddings, "verifier": verifier,
+    return {"max_positions": config.max_position_embeddings, "verifier": verifier or name,
             "verifier_architectures": (config.to_hf()["architectures"][0],)}
 
 
