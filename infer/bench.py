@@ -97,7 +97,7 @@ from specblock_jax.serving.methods import Method, split_adapt, weightless_kinds
 from .bench_price import PriceSpec, Pricer, price_all, summed_commit_hist
 from .bench_report import closing_lines, compare, replot, table, write_results
 from .decode import (DEFAULT_TARGET, add_cache_flags, at_least, check_flags, cli_method, load_target, make_adapter,
-                     show_compiles, usage_error, use_cache_flags)
+                     shipped_method, shipped_prompts, show_compiles, usage_error, use_cache_flags)
 from .labels import method_label
 
 
@@ -213,7 +213,7 @@ def prepare_method(target, method, temperature, batch_size, args, cal_prompts: l
     base, calib = split_calibrate(method)
     base, adapt = split_adapt(base)
     base, host = split_host_settings(base)
-    served = cli_method(base, target)
+    served = cli_method(base, target, prog=PROG, flag="--methods")
     if host:
         if calib or adapt is not None:
             raise SystemExit(f"--methods: {method!r}: a method with {', '.join(host)}= neither calibrates nor adapts")
@@ -394,9 +394,11 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="specblock-bench", description=__doc__.split("\n")[0])
-    p.add_argument("--prompts", type=Path, required=True)
+    p.add_argument("--prompts", type=Path, required=True,
+                   help="JSONL prompt file, or a shipped set's name (humaneval: assets/prompts/humaneval.jsonl)")
     p.add_argument("--methods", default=",".join(("ar", *weightless_kinds())),
-                   help="comma list of ar, drafter kinds with no folder and drafter folders (default "
+                   help="comma list of ar, drafter kinds with no folder, drafter folders and shipped drafters' "
+                        "names (eagle3; default "
                         "%(default)s); ar (target-only, the speedup baseline) is always added")
     p.add_argument("--out-dir", type=Path, required=True)
     p.add_argument("--target", default=DEFAULT_TARGET)
@@ -485,7 +487,7 @@ def calibration_split(records: list[dict], args, calibrating: bool) -> tuple[lis
                          "(lower --calibrate-prompts or give --calibrate-from)")
     texts = {r["prompt"] for r in cal}
     if clash := [r["id"] for r in measured if r["prompt"] in texts]:
-        raise SystemExit(f"calibration: measured record(s) {', '.join(clash[:5])} repeat a calibration prompt "
+        raise SystemExit(f"calibration: measured record(s) {', '.join(map(str, clash[:5]))} repeat a calibration prompt "
                          f"of {source}; calibration prompts must not be measured")
     return cal, measured
 
@@ -503,17 +505,20 @@ def main(argv=None) -> int:
         [checks.whole(int(v), "--batch-size", 1) for v in str(args.batch_size).split(",")]
     except ValueError as e:
         raise usage_error(PROG, str(e) if str(e).startswith("--") else f"comma lists of numbers: {e}") from None
+    args.prompts = shipped_prompts(args.prompts)  # a file, or a shipped set's name (humaneval)
+    if args.calibrate_from is not None:
+        args.calibrate_from = shipped_prompts(args.calibrate_from)
     if not args.prompts.is_file():
         raise usage_error(PROG, f"--prompts: {args.prompts}: no such prompt file")
     use_cache_flags(args)
-    methods = [m for m in args.methods.split(",") if m]
+    methods = [shipped_method(m) for m in args.methods.split(",") if m]  # (eagle3: the shipped drafter)
     methods = ["ar"] + [m for m in methods if m != "ar"]
     if args.adapt:
         methods = [v for m in methods for v in
                    ([m, m + ":adapt=true"] if split_adapt(m)[0].split(":")[0] not in ("ar", *weightless_kinds())
                     and split_adapt(m)[1] is None else [m])]
     for m in methods:
-        cli_method(split_adapt(split_calibrate(m)[0])[0], prog=PROG)  # fail fast on an unknown method
+        cli_method(split_adapt(split_calibrate(m)[0])[0], prog=PROG, flag="--methods")  # fail fast if unknown
     pricer = (Pricer(PriceSpec.parse(args.price, args.price_context, args.max_new_tokens), args.price_cache)
               if args.price else None)
     args.random_target = False
@@ -521,7 +526,8 @@ def main(argv=None) -> int:
     if args.price_only:
         if pricer is None or args.price_cache is None:
             raise SystemExit("--price-only needs --price TOPO,PRESET and --price-cache DIR")
-        drafters = [cli_method(split_host_settings(split_adapt(split_calibrate(m)[0])[0])[0], target) for m in methods]
+        drafters = [cli_method(split_host_settings(split_adapt(split_calibrate(m)[0])[0])[0], target, prog=PROG, flag="--methods")
+                    for m in methods]
         price_all(pricer, drafters, methods, [int(b) for b in str(args.batch_size).split(",")])
         return 0
     records, errors = read_prompts(args.prompts)
