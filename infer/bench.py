@@ -88,6 +88,7 @@ from tqdm import tqdm
 
 import specblock_jax as sbj
 from specblock_jax import checks, read_prompts
+from specblock_jax import overrides as kv
 from specblock_jax.decoding.compiled import cached_count, release
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 from specblock_jax.drafters import registry
@@ -111,34 +112,23 @@ def drafter_forwards_per_step(served: Method) -> int:
 
 def split_calibrate(method: str) -> tuple[str, bool]:
     """Strips ':calibrate=true|false' from a method: (the method without it, whether to calibrate)."""
-    base, *pairs = method.split(":")
-    keep, on = [base], False
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        if key == "calibrate":
-            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise SystemExit(f"--methods: {method!r}: calibrate takes true or false, got {value!r}")
-            on = value.lower() in ("true", "1", "yes")
-        else:
-            keep.append(pair)
-    if on and base == "ar":
+    rest, taken = kv.take(method, {"calibrate"})
+    on = False
+    for _, value in taken:
+        try:
+            on = kv.boolean(value, "calibrate")
+        except ValueError:
+            raise SystemExit(f"--methods: {method!r}: calibrate takes true or false, got {value!r}") from None
+    if on and rest.split(":")[0] == "ar":
         raise SystemExit(f"--methods: {method!r}: target-only decoding has no tree to calibrate")
-    return ":".join(keep), on
+    return rest, on
 
 
 def split_host_settings(method: str) -> tuple[str, dict[str, str]]:
     """Strips a method's host-side settings (a kind's `DrafterKind.method_settings`, e.g.
     BlockPilot's ':oracle=LABELS_DIR'): (the method without them, {key: value})."""
-    names = registry.method_setting_names()
-    base, *pairs = method.split(":")
-    keep, found = [base], {}
-    for pair in pairs:
-        key, _, value = pair.partition("=")
-        if key in names:
-            found[key] = value
-        else:
-            keep.append(pair)
-    return ":".join(keep), found
+    rest, taken = kv.take(method, registry.method_setting_names())
+    return rest, dict(taken)
 
 
 def apply_host_settings(served: Method, settings: dict[str, str], target, method: str) -> Method:
@@ -457,8 +447,8 @@ def parse_grid(items: list[str]) -> dict[str, tuple[int, ...]]:
     knobs = {k for kind in registry.kinds() for k in (registry.get(kind).grid or {})}
     grid = {}
     for item in items:
-        key, _, values = item.partition("=")
         try:
+            key, values = kv.split(item, "--calibrate-grid:")
             grid[key] = tuple(int(v) for v in values.split(","))
         except ValueError:
             raise SystemExit(f"--calibrate-grid: {item!r} is not KNOB=INT,INT,...") from None

@@ -24,26 +24,9 @@ from typing import Any, Sequence
 
 import yaml
 
+from specblock_jax import overrides as kv
 from specblock_jax.trainer.target_task import TargetTask, target_settings
 from specblock_jax.trainer.trainer import train as run_trainer
-
-
-def parse_override(key: str, text: str, default: Any) -> Any:
-    """`text` converted to the type of the YAML default (bool, int, float, str; else YAML)."""
-    if isinstance(default, bool):
-        if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(f"override {key}={text!r}: expected a boolean")
-        return text.lower() in ("true", "1", "yes")
-    try:
-        if isinstance(default, int):
-            return int(text)
-        if isinstance(default, float):
-            return float(text)
-    except ValueError:
-        raise ValueError(f"override {key}={text!r}: expected {type(default).__name__}") from None
-    if isinstance(default, str):
-        return text
-    return yaml.safe_load(text)
 
 
 def load_config(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
@@ -57,13 +40,7 @@ def load_config(path: str | Path, overrides: list[str] = ()) -> dict[str, Any]:
 def apply_overrides(cfg: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """`cfg` with each `key=value` of `overrides` applied, typed like the value it replaces (an
     unknown key or a malformed item is refused)."""
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep:
-            raise ValueError(f"override {item!r} is not key=value")
-        if key not in cfg:
-            raise ValueError(f"override {item!r}: unknown key {key!r} (known: {sorted(cfg)})")
-        cfg[key] = parse_override(key, text, cfg[key])
+    cfg.update(kv.parse(overrides, "override", defaults=cfg))
     return cfg
 
 

@@ -47,6 +47,7 @@ import numpy as np
 import optax
 from flax import traverse_util
 
+from specblock_jax import overrides
 from specblock_jax.adaptation import costs, persist
 from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.adaptation.controller import CostAwareController
@@ -116,15 +117,8 @@ class AdaptConfig:
     def parse(cls, text: str) -> "AdaptConfig":
         """'key=value,...' (e.g. 'subset=layer+norm,cost_scale=0'); in `subset` use '+' between
         prefixes."""
-        fields = {f.name: f.type for f in dataclasses.fields(cls)}
-        kw: dict[str, Any] = {}
-        for item in filter(None, text.split(",")):
-            key, sep, value = item.partition("=")
-            if not sep or key not in fields:
-                raise ValueError(f"adapt setting {item!r}: use key=value with key in {sorted(fields)}")
-            kind = {"str": str, "float": float, "int": int, "bool": lambda v: v.lower() in ("1", "true", "yes")}
-            kw[key] = kind[fields[key]](value.replace("+", ",") if key == "subset" else value)
-        return cls(**kw)
+        items = [i.replace("+", ",") if i.startswith("subset=") else i for i in filter(None, text.split(","))]
+        return cls(**overrides.parse(items, "adapt setting", fields=cls))
 
 
 def _path(key: tuple) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from specblock_jax import overrides
 from specblock_jax.aot import cost
 from specblock_jax.aot.phases import with_shardings
 from specblock_jax.aot.topology import Topology, topology_mesh
@@ -54,23 +55,7 @@ def trainable_kinds() -> list[str]:
 def parse_train_settings(items: list[str]) -> dict:
     """['remat_attention=true', 'num_blocks=2'] -> {"remat_attention": True, "num_blocks": 2}
     (true/false, ints and floats parsed; the task checks the keys); ValueError naming a bad item."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"train setting {item!r}: use KEY=VALUE")
-        low = value.lower()
-        if low in ("true", "false"):
-            out[key] = low == "true"
-        else:
-            try:
-                out[key] = int(value)
-            except ValueError:
-                try:
-                    out[key] = float(value)
-                except ValueError:
-                    out[key] = value
-    return out
+    return overrides.parse(items, "train setting")
 
 
 def price_train_step(cfg: ModelConfig, drafter: Any, topo: Topology, mesh: str | None, batch: int,

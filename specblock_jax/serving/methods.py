@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
+from specblock_jax import overrides as kv
 from specblock_jax.decoding.generate import generate
 from specblock_jax.drafters import registry
 from specblock_jax.drafters.base import LoadedDrafter
@@ -55,24 +55,7 @@ def parse_method(method: str) -> tuple[str, dict]:
     or a drafter folder; values parse as int, float, true/false or text, e.g.
     'assets/drafters/specblock:rank_tree=false:num_nodes=24'. ValueError on a malformed pair."""
     base, *pairs = method.split(":")
-    overrides: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"method {method!r}: {pair!r} is not key=value")
-        overrides[key] = _parse_value(raw)
-    return base, overrides
-
-
-def _parse_value(raw: str) -> Any:
-    if raw.lower() in ("true", "false"):
-        return raw.lower() == "true"
-    for cast in (int, float):
-        try:
-            return cast(raw)
-        except ValueError:
-            pass
-    return raw
+    return base, kv.parse(pairs, f"method {method!r}:")
 
 
 AUTO = "auto:"  # 'auto:METHOD' serves METHOD or target-only, whichever is faster (serving/auto.py)
@@ -117,15 +100,12 @@ def split_adapt(method: str) -> tuple[str, str | None]:
     """Separates serving-time adaptation keys from a method: ':adapt=true' turns adaptation on,
     ':adapt.KEY=VALUE' (an AdaptConfig key) turns it on with that setting. Returns (the method
     without them, comma-joined settings or None when adaptation is off)."""
-    base, *pairs = method.split(":")
-    keep, settings, on = [base], [], False
-    for pair in pairs:
-        key, _, value = pair.partition("=")
+    rest, taken = kv.take(method, lambda key: key == "adapt" or key.startswith("adapt."))
+    settings, on = [], False
+    for key, value in taken:
         if key == "adapt":
             on = value.lower() in ("true", "1", "yes")
-        elif key.startswith("adapt."):
+        else:
             on = True
             settings.append(f"{key[len('adapt.'):]}={value}")
-        else:
-            keep.append(pair)
-    return ":".join(keep), ",".join(settings) if on else None
+    return rest, ",".join(settings) if on else None
