@@ -53,7 +53,7 @@ def test_decodes_writes_error_records_and_resumes(tiny_ckpt, tmp_path, caplog):
         5: "empty prompt", 6: "duplicate id",
         7: "expected an object with 'id' and a string 'prompt' (or 'messages')",
         8: errors[8], 9: "max_new_tokens: must be an integer >= 1 (got -3)"}
-    assert "exceed the model's 512 positions" in errors[8]
+    assert errors[8].endswith("prompt tokens + max_new_tokens=8 exceed the cache limit of 512 tokens")
     done = [r for r in rows if "error" not in r]
     assert sorted(r["id"] for r in done) == ["own", "p0", "p1", "p2", "p3", "p4"]  # each once
     target = sbj.load_target(tiny_ckpt)
