@@ -102,10 +102,10 @@ def test_a_prompt_chooses_and_samples_the_same_alone_and_in_a_batch_of_8(target,
 
 
 class _Spy:
-    """Records each executable `decode` runs: (function name, the loop drafter's static size)."""
+    """Records each executable `run_requests` runs: (function name, the loop drafter's static size)."""
 
     def __init__(self, monkeypatch):
-        import specblock_jax.decoding.decode as decode_module
+        import specblock_jax.decoding.runner as decode_module
         import specblock_jax.decoding.refill as refill_module
 
         self.calls: list[tuple[str, int | None]] = []
@@ -476,21 +476,6 @@ def test_a_policy_loads_only_with_the_dflash_drafter_its_labels_came_from(target
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per folder
         load_drafter(tmp_path / "old", target)
-
-
-def test_retired_routing_keys_load_and_are_ignored(target, pilot, tmp_path):
-    """"masked" / "pack" (the retired routing serving's decoding keys) still load, with a
-    DeprecationWarning, and change nothing; a non-boolean value is an error."""
-    _, drafter, params = pilot
-    save_drafter(drafter.dflash, params["dflash"]["draft"], tmp_path / "dflash", dtype="float32")
-    save_blockpilot(tmp_path / "bp", drafter.policy, params["policy"], "../dflash", labels_dflash=tmp_path / "dflash")
-    plain, _ = load_drafter(tmp_path / "bp", target)
-    for key in ("masked", "pack"):
-        with pytest.warns(DeprecationWarning, match=f"decoding key '{key}' is ignored"):
-            loaded, _ = load_drafter(tmp_path / "bp", target, **{key: True})
-        assert loaded == plain
-    with pytest.raises(ValueError, match="pack must be true or false"):
-        load_drafter(tmp_path / "bp", target, pack="yes")
 
 
 def test_oracle_table_maps_each_labelled_prompt_to_its_fastest_size(tmp_path):

@@ -159,8 +159,6 @@ def test_every_shipped_kind_registers_itself_under_its_package_name():
     for name in SHIPPED:
         module = importlib.import_module(f"{registry.PACKAGE}.{name}")
         assert module.KIND is registry.get(name) and module.KIND.name == name
-        for old in module.KIND.legacy_names:
-            assert registry.get(old) is module.KIND
         assert all(f.kind == name for f in module.KIND.formats)
 
 

@@ -12,7 +12,7 @@ from flax import nnx
 import specblock_jax as sbj
 import specblock_jax.drafters.specblock._model as specblock_module
 from specblock_jax.drafters.base import DraftContext, Prefill
-from specblock_jax.drafters.specblock._model import SpecBlockDrafter, block_mask, layer_shift, legacy_tree_settings
+from specblock_jax.drafters.specblock._model import SpecBlockDrafter, block_mask, layer_shift
 from specblock_jax.drafters.specblock._train import SpecBlockTask, block_attention, block_masks, run_blocks
 from specblock_jax.models.attention import attend
 from specblock_jax.training.losses import draft_loss
@@ -206,14 +206,11 @@ def test_rank_tree_branches_gives_up_continues_and_merges_twins():
     assert len(_paths(tree)) == 4 * 3 + 4 * 3
 
 
-def test_tree_settings_are_checked_and_old_folders_convert():
+def test_tree_settings_are_checked():
     with pytest.raises(ValueError, match="slot_topk"):
         RankTreeSettings(slot_topk=(0, 4, 10, 0))
     with pytest.raises(ValueError, match="root_topk"):
         RankTreeSettings(root_topk=0)
-    # folders written before counted alternatives: (0, 3, 9, 0) alternatives = (1, 4, 10, 0) tokens
-    got = legacy_tree_settings({"branch": [0, 3, 9, 0], "root_branch": 3, "num_nodes": 16})
-    assert got == {"slot_topk": (1, 4, 10, 0), "root_topk": 4, "num_nodes": 16}
 
 
 # ------------------------------------------------------------------ drafter on a tiny target

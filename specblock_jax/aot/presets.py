@@ -121,14 +121,6 @@ def _abstract_drafter_params(preset: AotPreset, config: Any, target_params: dict
     return params
 
 
-def released_config(kind: str, cfg: ModelConfig) -> Any:
-    """The drafter config of kind `kind` sized as released for target `cfg`."""
-    preset = registry.get(kind).aot
-    if preset is None or preset.released is None:
-        raise ValueError(f"no released drafter of kind {kind!r}")
-    return preset.released(cfg)
-
-
 def _size(preset: AotPreset, nodes: int | None, block: int | None) -> int | None:
     """The value of the preset's size knob that `nodes` / `block` ask for (`AotPreset.size_knob`)."""
     return (block or nodes) if preset.size_knob == "block_size" else nodes

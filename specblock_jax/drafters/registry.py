@@ -12,7 +12,6 @@ A kind is the name written as "kind" in a drafter folder's `config.json` ("eagle
         budget_knob="num_nodes", grid={...},  # auto serving's and calibration's knob (serving/)
         formats=(ReleasedFormat(...),),       # released layouts it reads and writes (hf_format.py)
         aot=AotPreset(...),            # its drafter as released, for ahead-of-time pricing (aot/)
-        legacy_names=("Eagle3Drafter",),      # "kind" values older folders wrote
         train_command=main,            # optional: a kind trained by a command of its own (BlockPilot)
         method_settings={"oracle": f}, # optional: host-side method settings (BlockPilot's oracle)
     ))
@@ -118,8 +117,6 @@ class DrafterKind:
     aot: AotPreset | None = None
     """Its released drafter for `specblock-aot` (see `AotPreset`; a kind that drives another's
     drafter may give that kind's); None: not priced."""
-    legacy_names: tuple[str, ...] = ()
-    """"kind" values that older drafter folders wrote (the drafter class name)."""
     convert: Converter | None = None
     """Its `specblock-convert` subcommand, if it has one."""
     train_command: Callable[[list[str], str], None] | None = None
@@ -183,13 +180,10 @@ def _import_kind(name: str) -> None:
 
 
 def get(name: str) -> DrafterKind:
-    """The entry of kind `name` (a kind's legacy names accepted); a clear error for an unknown one."""
+    """The entry of kind `name`; a clear error for an unknown one."""
     if name not in _KINDS and isinstance(name, str) and name.replace("_", "").isalnum():
         _import_kind(name)
     if name not in _KINDS:
-        legacy = {old: k for k in kinds() for old in _KINDS[k].legacy_names}
-        if name in legacy:
-            return _KINDS[legacy[name]]
         raise ValueError(f"unknown drafter kind {name!r} (known: {', '.join(kinds())})")
     return _KINDS[name]
 

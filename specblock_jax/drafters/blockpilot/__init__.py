@@ -20,5 +20,5 @@ from specblock_jax.drafters.dflash import KIND as DFLASH
 from specblock_jax.drafters.registry import DrafterKind, register
 
 KIND = register(DrafterKind(BlockPilotDrafter.kind, load=load_blockpilot, task=BlockPilotTask, aot=DFLASH.aot,
-                            legacy_names=("BlockPilotDrafter",), convert=_convert.CONVERTER,
+                            convert=_convert.CONVERTER,
                             train_command=main, method_settings={"oracle": oracle_drafter}))

@@ -63,7 +63,6 @@ from specblock_jax.drafters.io import fill_params, flatten_params, load_drafter
 
 FEATURE_KINDS = ("topk", "full", "logits")
 RESIDUALS = ("pre_relu", "post_relu")
-RETIRED_KEYS = ("masked", "pack")  # decoding keys of the retired routing serving: read and ignored
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,15 +242,6 @@ def load_blockpilot(path, meta, target, dtype, decoding):
     if policy.features in ("full", "logits") and policy.vocab_size != target.config.vocab_size:
         raise ValueError(f"{path}: policy trained for vocab {policy.vocab_size}, the target has "
                          f"{target.config.vocab_size}")
-    decoding = dict(decoding)
-    for name in RETIRED_KEYS:
-        if name in decoding:
-            value = decoding.pop(name)
-            if not isinstance(value, bool):
-                raise ValueError(f"{path}: {name} must be true or false, got {value!r}")
-            warnings.warn(f"{path}: decoding key {name!r} is ignored: BlockPilot serves every row at its "
-                          "own block size in one loop (drafters/blockpilot/_model.py)", DeprecationWarning,
-                          stacklevel=2)
     dflash_dir = Path(meta["dflash_dir"])
     dflash_dir = dflash_dir if dflash_dir.is_absolute() else Path(path) / dflash_dir
     check_pairing(path, meta, dflash_dir)

@@ -18,4 +18,4 @@ def block_sizes(drafter: DFlashDrafter, knob: str) -> tuple[int, int]:
 
 KIND = register(DrafterKind(DFlashDrafter.kind, load=load_dflash, task=DFlashTask, objective=dflash_objective,
                             budget_knob="block_size", grid={"block_size": (4, 8, 16)}, knob_range=block_sizes,
-                            formats=(_formats.RELEASED,), aot=_aot.PRESET, legacy_names=("DFlashDrafter",)))
+                            formats=(_formats.RELEASED,), aot=_aot.PRESET))

@@ -18,5 +18,5 @@ PAPER_TREE = {"depth": 8, "top_k": 10, "num_nodes": 61}
 
 KIND = register(DrafterKind(Eagle3Drafter.kind, load=load_eagle3, task=Eagle3Task, objective=eagle3_objective,
                             budget_knob="num_nodes", grid={"num_nodes": (8, 16, 32), "depth": (3, 5, 7)},
-                            formats=_formats.FORMATS, aot=_aot.PRESET, legacy_names=("Eagle3Drafter",),
+                            formats=_formats.FORMATS, aot=_aot.PRESET,
                             presets={"paper": PAPER_TREE}))

@@ -17,4 +17,4 @@ KIND = register(DrafterKind(SpecBlockDrafter.kind, load=load_specblock, task=Spe
                             formats=(ReleasedFormat(_released.FORMAT, SpecBlockDrafter.kind, _released.is_released,
                                                     _released.import_meta, _released.read_weights,
                                                     _released.export),),
-                            aot=_aot.PRESET, legacy_names=("SpecBlockDrafter",), convert=_convert.CONVERTER))
+                            aot=_aot.PRESET, convert=_convert.CONVERTER))

@@ -362,19 +362,6 @@ class SpecBlockDrafter(SpecBlockDecoding):
 def load_specblock(path, meta, target, dtype, decoding):
     """The `load` of the "specblock" kind (drafters/registry.py)."""
     config, graphdef, params = load_model(path, meta, target, dtype, SpecBlockConfig, SpecBlockModel)
-    settings = legacy_tree_settings({**meta["decoding"], **decoding})
+    settings = {**meta["decoding"], **decoding}
     settings["slot_topk"] = tuple(settings.get("slot_topk", SpecBlockDrafter.slot_topk))
     return SpecBlockDrafter(config, graphdef, **settings), params
-
-
-def legacy_tree_settings(settings: dict) -> dict:
-    """Folders written before the public code's branching rule counted alternatives ("branch",
-    alternatives per class; "root_branch" at slot 0): the same tree budget as token counts, the
-    chain token included (the give-up class keeps 0)."""
-    out = dict(settings)
-    if "branch" in out:
-        branch = [int(x) for x in out.pop("branch")]
-        out.setdefault("slot_topk", tuple(b + 1 for b in branch[:-1]) + (branch[-1],))
-    if "root_branch" in out:
-        out.setdefault("root_topk", int(out.pop("root_branch")) + 1)
-    return out
