@@ -94,7 +94,7 @@ def test_auto_decides_from_the_requests_it_holds_not_from_later_calls(monkeypatc
         stats = lambda j: sbj.GenerationStats(1, 10, 11, 1.0, "length", None, seconds, 0.0, 1, j)  # noqa: E731
         return [sbj.GenerationResult(None, [1] * 10, stats(j), j) for j in range(len(requests))]
 
-    monkeypatch.setattr(auto_mod, "decode", fake_serve)
+    monkeypatch.setattr(auto_mod, "run_requests", fake_serve)
     call = [Request(i, [1, 2], 10, 0.0, i) for i in range(6)]
 
     def choices(auto, start=0):

@@ -31,7 +31,7 @@ def _spy(monkeypatch, auto):
         calls.append((len(auto.events), option, [r.budget for r in requests]))
         return real(target, requests, drafter, options)
 
-    monkeypatch.setattr(auto_mod, "decode", spy)
+    monkeypatch.setattr(auto_mod, "run_requests", spy)
     return calls
 
 
@@ -136,7 +136,7 @@ def test_options_are_ranked_on_measurements_in_the_chunks_attention_bucket(monke
         stats = lambda j: sbj.GenerationStats(1, 10, 11, 1.0, "length", None, 0.1, 0.0, 1, j)  # noqa: E731
         return [sbj.GenerationResult(None, [1] * 10, stats(j), j) for j in range(len(requests))]
 
-    monkeypatch.setattr(auto_mod, "decode", fake_serve)
+    monkeypatch.setattr(auto_mod, "run_requests", fake_serve)
     served = AutoServe(PL, chunk=2)
     lengths = [3, 20, 5, 5, 300, 7]  # chunks' longest prompts: 20, 5, 300
     served.serve(None, [Request(i, [1] * n, 10, 0.0, i) for i, n in enumerate(lengths)], JobSettings(batch_size=1))

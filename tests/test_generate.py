@@ -91,7 +91,7 @@ def test_a_new_executable_is_warmed_by_a_short_run_counted_as_compile_time(hf_di
     import importlib
 
     compiled_mod, decode_mod, refill_mod = (importlib.import_module(f"specblock_jax.decoding.{m}")
-                                            for m in ("compiled", "decode", "refill"))
+                                            for m in ("compiled", "runner", "refill"))
 
     calls = []
 

@@ -138,7 +138,7 @@ def test_auto_decides_the_same_whatever_the_job_holds_beyond_its_queue(monkeypat
         stats = lambda j: sbj.GenerationStats(1, 10, 11, 1.0, "length", None, seconds, 0.0, 1, j)  # noqa: E731
         return [sbj.GenerationResult(None, [1] * 10, stats(j), j) for j in range(len(requests))]
 
-    monkeypatch.setattr(auto_mod, "decode", fake_serve)
+    monkeypatch.setattr(auto_mod, "run_requests", fake_serve)
 
     def choices(n):
         auto = AutoServe(pl, budgets=(4,), chunk=1, recheck_every=3)

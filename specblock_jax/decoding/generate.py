@@ -1,7 +1,7 @@
 """`generate`: the front door. Batched decoding of prompts, target-only or speculative.
 
 It checks and encodes the prompts into `Request`s and the call's settings into `JobSettings`
-(`prepare`, decoding/job.py) and hands them to `decode` (decoding/decode.py: static batches or a
+(`prepare`, decoding/job.py) and hands them to `run_requests` (decoding/runner.py: static batches or a
 continuous-batching stream). Auto serving (`serving.AutoServe(...).generate`) is its own entry
 point above this one.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from specblock_jax.decoding.decode import OnBatch, decode
+from specblock_jax.decoding.runner import OnBatch, run_requests
 from specblock_jax.decoding.job import prepare
 from specblock_jax.decoding.options import DEFAULTS, DecodeOptions
 from specblock_jax.decoding.results import GenerationResult
@@ -48,4 +48,4 @@ def generate(target: Target, prompts: str | Sequence[str] | Sequence[Sequence[in
                             options=options)
     if not requests and options.mesh is None:  # under a mesh a host with no prompts still joins each batch
         return []
-    return decode(target, requests, drafter, job, adapter=adapter, on_batch=on_batch)
+    return run_requests(target, requests, drafter, job, adapter=adapter, on_batch=on_batch)

@@ -64,7 +64,7 @@ from typing import Any, NamedTuple, Sequence
 
 import jax
 
-from specblock_jax.decoding.decode import OnBatch, decode
+from specblock_jax.decoding.runner import OnBatch, run_requests
 from specblock_jax.decoding.job import JobSettings, Request, held, prepare
 from specblock_jax.decoding.options import DEFAULTS, DecodeOptions
 from specblock_jax.decoding.results import GenerationResult
@@ -160,13 +160,13 @@ class AutoServe:
                                 options=options)
         return self.serve(target, requests, job, on_batch) if requests else []
 
-    def serve(self, target, requests: Sequence[Request], options: JobSettings,
+    def serve(self, target, requests: Sequence[Request], settings: JobSettings,
               on_batch: OnBatch | None = None) -> list[GenerationResult]:
         """The requests in chunks per temperature regime, each decoded by the option `choose`
         picks (by a probe, then the fastest, for an exploration or re-check) and measured (module
         docstring); results in the requests' order."""
         n = len(requests)
-        bsz = options.batch_size or min(8, max(n, 1))
+        bsz = settings.batch_size or min(8, max(n, 1))
         size = self.chunk or 2 * bsz
         profiled: set = set()  # each option's step is profiled in its first segment only
         results: list[GenerationResult | None] = [None] * n
@@ -178,16 +178,16 @@ class AutoServe:
                 chunk = [requests[i] for i in part]
                 bucket = length_bucket(max(len(q.tokens) for q in chunk))
                 # the chunks queued: this one and those of the requests a server holding
-                # `options.queue` waiting ones knows of
-                option, why = self.choose(regime, remaining=-(-len(held(idx[start:], size, options.queue)) // size),
+                # `settings.queue` waiting ones knows of
+                option, why = self.choose(regime, remaining=-(-len(held(idx[start:], size, settings.queue)) // size),
                                           bucket=bucket)
                 rest = None if why == "best" else self.fastest(regime, bucket)
                 cap = self.probe_tokens
                 probing = cap > 0 and rest not in (None, option) and any(q.budget > cap for q in chunk)
                 plan = [(option, cap), (rest, cap), (rest, None)] if probing else [(option, None)]
                 # each chunk its own key streams: (seed, regime, chunk start) hashed into a seed
-                key = jax.random.fold_in(jax.random.key(options.seed), 2 * start + r)
-                done, segs = self._segments(target, chunk, plan, key, options, bsz, regime, profiled)
+                key = jax.random.fold_in(jax.random.key(settings.seed), 2 * start + r)
+                done, segs = self._segments(target, chunk, plan, key, settings, bsz, regime, profiled)
                 tokens, seconds = sum(s.tokens for s in segs), sum(s.seconds for s in segs)
                 compile_s = sum(s.compile_s for s in segs)
                 if len(segs) == 1:  # one decode call served the chunk: its results as they are
@@ -208,7 +208,7 @@ class AutoServe:
                     on_batch([results[i] for i in part])
         return results  # type: ignore[return-value]
 
-    def _segments(self, target, chunk: list[Request], plan, key, options: JobSettings, bsz: int, regime: str,
+    def _segments(self, target, chunk: list[Request], plan, key, settings: JobSettings, bsz: int, regime: str,
                   profiled: set) -> tuple[list[list[GenerationResult]], list[Segment]]:
         """Decodes the chunk segment by segment (`plan`: (option, new-token cap per request or None)),
         each segment on the requests still unfinished, from prompt + their tokens so far. Returns
@@ -220,9 +220,9 @@ class AutoServe:
             if not todo:
                 break
             seg_key = key if s == 0 else jax.random.fold_in(key, s)  # fresh key streams per segment
-            seg = dataclasses.replace(options, seed=int(jax.random.randint(seg_key, (), 0, 2**31 - 1)), batch_size=bsz,
-                                      profile="off" if (regime, option) in profiled else options.profile)
-            out = decode(target, [_continued(chunk[j], done[j], cap, k) for k, j in enumerate(todo)],
+            seg = dataclasses.replace(settings, seed=int(jax.random.randint(seg_key, (), 0, 2**31 - 1)), batch_size=bsz,
+                                      profile="off" if (regime, option) in profiled else settings.profile)
+            out = run_requests(target, [_continued(chunk[j], done[j], cap, k) for k, j in enumerate(todo)],
                         self.drafter_for(option), seg)
             profiled.add((regime, option))
             for j, res in zip(todo, out):

@@ -1,10 +1,10 @@
-"""`decode`: one call's requests through static batches or one continuous-batching stream, each
+"""`run_requests`: one call's requests through static batches or one continuous-batching stream, each
 batch's prefill and whole decode loop in one jit (decoding/loop.py).
 
 Every sequence stops on its own (a stop token or its token budget); a static batch's loop ends
 when all its rows have stopped, a stream's rows take the next waiting request (decoding/refill.py).
 `generate` (decoding/generate.py) is the public entry; auto serving (serving/auto.py) calls
-`decode` for each part of a job. A drafter whose rows choose a size at the prefill (BlockPilot)
+`run_requests` for each part of a job. A drafter whose rows choose a size at the prefill (BlockPilot)
 runs the prefill apart and each batch's loop at its rows' largest size (decoding/sized.py).
 """
 
@@ -33,29 +33,29 @@ from specblock_jax.parallel.decoding import DecodeLayout, run_sharded
 OnBatch = Callable[[list[GenerationResult]], None]
 
 
-def decode(target: Target, requests: Sequence[Request], drafter: LoadedDrafter | None, options: JobSettings, *,
+def run_requests(target: Target, requests: Sequence[Request], drafter: LoadedDrafter | None, settings: JobSettings, *,
            adapter: Any = None, on_batch: OnBatch | None = None) -> list[GenerationResult]:
     """One result per request, in the order given (request i has index i). drafter None:
     target-only decoding. adapter and on_batch as `generate` takes them."""
     if any(r.index != i for i, r in enumerate(requests)):
-        raise ValueError("decode: request i must have index i (job.renumber numbers a part of a job)")
-    bsz = options.batch_size or min(8, len(requests))
-    refill = options.refill
+        raise ValueError("run_requests: request i must have index i (job.renumber numbers a part of a job)")
+    bsz = settings.batch_size or min(8, len(requests))
+    refill = settings.refill
     if refill is None:
-        refill = options.mesh is None and len(requests) > bsz
+        refill = settings.mesh is None and len(requests) > bsz
     if adapter is not None:
         conform(adapter, DecodeAdapter, "adapter")
     d, dparams = drafter if drafter is not None else (None, ())  # make_loop tells the two apart
     if refill:
-        if options.mesh is not None:
+        if settings.mesh is not None:
             raise ValueError("refill: continuous batching does not run under a mesh yet; pass refill=False")
-        return _decode_stream(target, requests, d, dparams, options, bsz, adapter, on_batch)
-    return _decode_batches(target, requests, d, dparams, options, bsz, adapter, on_batch)
+        return _decode_stream(target, requests, d, dparams, settings, bsz, adapter, on_batch)
+    return _decode_batches(target, requests, d, dparams, settings, bsz, adapter, on_batch)
 
 
-def _stop_array(options: JobSettings) -> jax.Array:
+def _stop_array(settings: JobSettings) -> jax.Array:
     """[MAX_STOP_TOKENS] int32 stop ids, -1 padded."""
-    return jnp.asarray(list(options.stop_ids) + [-1] * (MAX_STOP_TOKENS - len(options.stop_ids)), jnp.int32)
+    return jnp.asarray(list(settings.stop_ids) + [-1] * (MAX_STOP_TOKENS - len(settings.stop_ids)), jnp.int32)
 
 
 def two_tokens(inputs: LoopInputs) -> LoopInputs:
@@ -64,16 +64,16 @@ def two_tokens(inputs: LoopInputs) -> LoopInputs:
     return inputs._replace(budgets=jnp.minimum(inputs.budgets, 2))
 
 
-def _decode_batches(target, requests, d, dparams, options, bsz, adapter, on_batch) -> list[GenerationResult]:
+def _decode_batches(target, requests, d, dparams, settings, bsz, adapter, on_batch) -> list[GenerationResult]:
     """Static batches of `bsz` rows, similar prompt lengths together; the last batch padded."""
-    base_key = jax.random.key(options.seed)
-    stop_arr = _stop_array(options)
+    base_key = jax.random.key(settings.seed)
+    stop_arr = _stop_array(settings)
     order = sorted(range(len(requests)), key=lambda i: len(requests[i].tokens))  # similar lengths share a batch
     results: list[GenerationResult | None] = [None] * len(requests)
     pad = list(requests) or [Request(0, [0], 1, 0.0, 0)]  # a host with no prompts still joins every batch
     params, layout = target.params, None
-    if options.mesh is not None:
-        layout = DecodeLayout(options.mesh, bsz or 1)
+    if settings.mesh is not None:
+        layout = DecodeLayout(settings.mesh, bsz or 1)
         bsz = layout.batch_size
         if jax.process_count() > 1:
             base_key = jax.random.fold_in(base_key, jax.process_index())
@@ -90,7 +90,7 @@ def _decode_batches(target, requests, d, dparams, options, bsz, adapter, on_batc
         if layout is not None:  # every host runs the same shapes
             greedy, bucket = layout.agree_all(greedy), layout.agree_max(bucket)[0]
         inputs = pack_rows([r.tokens for r in rows], [r.budget for r in rows], [r.temperature for r in rows],
-                           [r.key for r in rows], bucket, base_key, options.top_k, options.top_p, stop_arr)
+                           [r.key for r in rows], bucket, base_key, settings.top_k, settings.top_p, stop_arr)
         loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d, prompt_len=bucket, max_new=max_new,
                          greedy=greedy, collect=adapter is not None)
         loop_dparams = adapter.params if adapter is not None else dparams
@@ -119,7 +119,7 @@ def _decode_batches(target, requests, d, dparams, options, bsz, adapter, on_batc
         else:
             wall += time.perf_counter() - t0
         call_s, prof = (None, None) if layout is not None else _profile(target, loop, dparams, adapter, inputs,
-                                                                         options.profile)
+                                                                         settings.profile)
         event = None
         if adapter is not None:
             real = len(chunk)
@@ -127,7 +127,7 @@ def _decode_batches(target, requests, d, dparams, options, bsz, adapter, on_batc
                 ran.history, ran.hist_len, inputs.lengths, ran.features, real,
                 tokens=int(sum(host.generated[:real]) - real), forwards=int(sum(host.forwards[:real])),
                 decode_s=wall, budget=sum(requests[i].budget for i in chunk),
-                remaining_budget=sum(requests[i].budget for i in held(order[start + bsz:], 0, options.queue)))
+                remaining_budget=sum(requests[i].budget for i in held(order[start + bsz:], 0, settings.queue)))
         for r, i in enumerate(chunk):
             new = host.tokens[r, :host.generated[r]].tolist()
             stats = row_stats(prompt_tokens=len(requests[i].tokens), new=new, forwards=int(host.forwards[r]),
@@ -135,7 +135,7 @@ def _decode_batches(target, requests, d, dparams, options, bsz, adapter, on_batc
                               batch_size=bsz, batch=start // bsz, event=event, batch_steps=int(np.max(host.forwards)),
                               block_size=None if sizes is None else int(sizes[r]),
                               commits=None if host.commits is None else host.commits[r])
-            results[i] = _result(target, new, stats, prof, options.profile, i)
+            results[i] = _result(target, new, stats, prof, settings.profile, i)
         if on_batch is not None:
             on_batch([results[i] for i in chunk])
     return results  # type: ignore[return-value]
@@ -158,17 +158,17 @@ def _start_then_finish(loop, params, dparams, inputs: LoopInputs, rows: Sequence
     return ran, sizes, loop, compile_s + seconds, time.perf_counter() - t0 - seconds
 
 
-def _decode_stream(target, requests, d, dparams, options, bsz, adapter, on_batch) -> list[GenerationResult]:
+def _decode_stream(target, requests, d, dparams, settings, bsz, adapter, on_batch) -> list[GenerationResult]:
     """Continuous batching (decoding/refill.py): one stream of `bsz` rows, longest budget first."""
     bucket = length_bucket(max(len(r.tokens) for r in requests))
     max_new = max(r.budget for r in requests)
     loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d, prompt_len=bucket, max_new=max_new,
                      greedy=all(r.temperature <= 0 for r in requests), collect=adapter is not None, stream=True)
-    stream = Stream(loop, target.params, dparams, batch_size=bsz, top_k=options.top_k, top_p=options.top_p,
-                    stop_ids=_stop_array(options), base_key=jax.random.key(options.seed), bucket=length_bucket,
-                    wake_rows=options.refill_rows)
+    stream = Stream(loop, target.params, dparams, batch_size=bsz, top_k=settings.top_k, top_p=settings.top_p,
+                    stop_ids=_stop_array(settings), base_key=jax.random.key(settings.seed), bucket=length_bucket,
+                    wake_rows=settings.refill_rows)
     queue = sorted(requests, key=lambda r: (-r.budget, len(r.tokens)))  # longest budget first
-    call_s, prof = _profile(target, loop, dparams, adapter, stream.inputs(queue[:bsz], bsz), options.profile)
+    call_s, prof = _profile(target, loop, dparams, adapter, stream.inputs(queue[:bsz], bsz), settings.profile)
     results: list[GenerationResult | None] = [None] * len(requests)
     unfinished = {r.index for r in requests}
 
@@ -186,13 +186,13 @@ def _decode_stream(target, requests, d, dparams, options, bsz, adapter, on_batch
                 len(rows), tokens=sum(len(f.tokens) - 1 for f in finished), forwards=sum(f.forwards for f in finished),
                 decode_s=finished[0].segment_wall_s, budget=sum(requests[f.index].budget for f in finished),
                 remaining_budget=sum(r.budget for r in held([r for r in queue if r.index in unfinished], bsz,
-                                                               options.queue)))
+                                                               settings.queue)))
         for f in finished:
             stats = row_stats(prompt_tokens=len(requests[f.index].tokens), new=f.tokens, forwards=f.forwards,
                               stopped=f.stopped, draft_call_s=call_s, wall=f.segment_wall_s,
                               compile_s=f.segment_compile_s, batch_size=bsz, batch=f.segment, event=event,
                               batch_steps=f.segment_steps, block_size=f.block_size, commits=f.commits)
-            results[f.index] = _result(target, f.tokens, stats, prof, options.profile, f.index)
+            results[f.index] = _result(target, f.tokens, stats, prof, settings.profile, f.index)
         if on_batch is not None and finished:
             on_batch([results[f.index] for f in finished])
 
