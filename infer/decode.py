@@ -46,7 +46,6 @@ import argparse
 import dataclasses
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path

@@ -20,7 +20,6 @@ Exit status 0 only if all of that holds.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import subprocess
@@ -28,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from specblock_jax import jsonl  # (imports no backend: the processes below choose theirs)
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent  # the console scripts are installed beside this Python
@@ -80,20 +81,16 @@ def regenerate(work: Path, n_prompts: int) -> None:
     import specblock_jax as sbj
 
     target = sbj.load_target(ROOT / "assets" / "target")
-    records = [json.loads(x) for x in (ROOT / "assets/prompts/humaneval.jsonl").read_text().splitlines()]
+    records = jsonl.read_rows(ROOT / "assets/prompts/humaneval.jsonl", torn="raise")
     records = sorted(records, key=lambda r: len(r["prompt"]))[:64]
     prompts = [r["prompt"] for r in records]
     results = sbj.generate(target, prompts, max_new_tokens=48, options=sbj.DecodeOptions(batch_size=16))
     regen = work / "regen"
     regen.mkdir(parents=True, exist_ok=True)
-    with open(regen / "greedy.jsonl", "w") as f:
-        for rec, res in zip(records, results):
-            ids = list(target.tokenizer(rec["prompt"])["input_ids"])
-            f.write(json.dumps({"id": rec["id"], "mode": "greedy", "prompt_ids": ids,
-                                "response_ids": res.token_ids}) + "\n")
-    with open(work / "prompts.jsonl", "w") as f:
-        for rec in records[:n_prompts]:
-            f.write(json.dumps({"id": rec["id"], "prompt": rec["prompt"]}) + "\n")
+    jsonl.replace_rows(regen / "greedy.jsonl", (
+        {"id": rec["id"], "mode": "greedy", "prompt_ids": list(target.tokenizer(rec["prompt"])["input_ids"]),
+         "response_ids": res.token_ids} for rec, res in zip(records, results)))
+    jsonl.replace_rows(work / "prompts.jsonl", ({"id": rec["id"], "prompt": rec["prompt"]} for rec in records[:n_prompts]))
     print(f"regenerated {len(records)} training records; {n_prompts} decode prompts", flush=True)
 
 
@@ -117,7 +114,7 @@ def main(argv=None) -> int:
         "batch_size=8", "max_len=96", "warmup_steps=2", "log_every=1", "ckpt_every=3",
         "eval_every=0", f"eval_prompts={work / 'prompts.jsonl'}", "eval_num_prompts=4",
         "eval_max_new_tokens=16", "ttt_steps=2"], logs, "train")
-    metrics = [json.loads(x) for x in (work / "run" / "metrics.jsonl").read_text().splitlines()]
+    metrics = jsonl.read_rows(work / "run" / "metrics.jsonl", torn="raise")
     losses = [round(m["loss"], 4) for m in metrics if "loss" in m]
     evals = [m for m in metrics if "eval_tau_mean" in m]
     print(f"train: {len(losses)} steps in {train_s:.0f} s, losses {losses}, final eval "
@@ -139,9 +136,8 @@ def main(argv=None) -> int:
     per_host = {}
     for pid in range(2):
         path = work / f"out.process{pid:03d}-of-002.jsonl"
-        per_host[pid] = [json.loads(x) for x in path.read_text().splitlines()]
-    ref_lines = (work / "ref.jsonl").read_text().splitlines()
-    reference = {r["id"]: r["token_ids"] for r in map(json.loads, ref_lines)}
+        per_host[pid] = jsonl.read_rows(path, torn="raise")
+    reference = {r["id"]: r["token_ids"] for r in jsonl.read_rows(work / "ref.jsonl", torn="raise")}
     got = [r for recs in per_host.values() for r in recs]
     ids = [r["id"] for r in got]
     identical = sum(reference[r["id"]] == r["token_ids"] for r in got)

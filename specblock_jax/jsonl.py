@@ -84,16 +84,18 @@ def read_rows(path: Path | str, torn: Torn = "cut") -> list:
     return rows
 
 
-def dumps(row) -> str:
-    """One JSONL line of `row`, with its newline (UTF-8 text kept as is)."""
-    return json.dumps(row, ensure_ascii=False) + "\n"
+def dumps(row, ensure_ascii: bool = False) -> str:
+    """One JSONL line of `row`, with its newline (non-ASCII text kept as is unless ensure_ascii)."""
+    return json.dumps(row, ensure_ascii=ensure_ascii) + "\n"
 
 
 class Appender:
     """Appends to a JSONL file, each `write` (one row or several) one write(2) on an O_APPEND
-    descriptor: a kill leaves whole lines and at most one torn last line."""
+    descriptor: a kill leaves whole lines and at most one torn last line. ensure_ascii: lines
+    as `json.dumps` writes them by default (non-ASCII text escaped)."""
 
-    def __init__(self, path: Path | str):
+    def __init__(self, path: Path | str, ensure_ascii: bool = False):
+        self.ensure_ascii = ensure_ascii
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # the umask applies
@@ -102,7 +104,7 @@ class Appender:
         self.write_many([row])
 
     def write_many(self, rows: Iterable) -> None:
-        data = "".join(dumps(r) for r in rows).encode("utf-8")
+        data = "".join(dumps(r, self.ensure_ascii) for r in rows).encode("utf-8")
         while data:
             data = data[os.write(self.fd, data):]
 

@@ -49,6 +49,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import specblock_jax as sbj
+from specblock_jax import jsonl
 from specblock_jax.decoding.prompts import encode_prompts
 from specblock_jax.training import chat
 from specblock_jax.training.regen_dataset import MODES, build_tfds, built_splits, read_records
@@ -65,18 +66,13 @@ def read_prompts(path: Path) -> tuple[list[dict], list[str]]:
     records, errors = sbj.read_prompts(path)
     skipped = [f"line {e['line']}" + (f" (id {e['id']!r})" if e["id"] is not None else "") + f": {e['error']}"
                for e in sorted(errors, key=lambda e: e["line"])]
-    return [{"id": r["id"], "prompt": r["prompt"], "line": r["line"]} for r in records], skipped
+    # ids as text: the regen data keys examples by string ids (an integer 7 becomes "7")
+    return [{"id": str(r["id"]), "prompt": r["prompt"], "line": r["line"]} for r in records], skipped
 
 
 def done_ids(path: Path) -> set[str]:
     """Ids already in an output file; a torn last line (a kill mid-write) is cut off the file."""
-    if not path.exists():
-        return set()
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
-        log.warning("%s: removed a torn last line", path)
-    return {str(r["id"]) for r in read_records(path)}
+    return {str(r["id"]) for r in read_records(path, torn="cut")}
 
 
 def load(args: argparse.Namespace) -> sbj.Target:
@@ -183,7 +179,7 @@ def run_mode(target: sbj.Target, mode: str, todo: list[dict], args: argparse.Nam
     """Generates `todo` (sorted by length) batch by batch, appending to <out>/<mode>.jsonl."""
     temp, top_k, top_p = (0.0, 0, 1.0) if mode == "greedy" else (args.temperature, args.top_k, args.top_p)
     times = {"run_s": 0.0, "compile_s": 0.0}
-    with (args.out / f"{mode}.jsonl").open("a", encoding="utf-8") as f:
+    with jsonl.Appender(args.out / f"{mode}.jsonl", ensure_ascii=True) as out:  # (regen_archive.record_line)
         for start in range(0, len(todo), args.batch_size):
             batch = todo[start:start + args.batch_size]
             t0 = time.perf_counter()
@@ -194,14 +190,12 @@ def run_mode(target: sbj.Target, mode: str, todo: list[dict], args: argparse.Nam
             compile_s = results[0].stats.compile_s
             times["compile_s"] += compile_s
             times["run_s"] += time.perf_counter() - t0 - compile_s
-            for rec, res in zip(batch, results):
-                f.write(json.dumps({
-                    "id": rec["id"], "mode": mode, "prompt": rec["prompt"],
-                    "response": target.tokenizer.decode(res.token_ids, skip_special_tokens=True),
-                    "prompt_ids": rec["prompt_ids"], "response_ids": res.token_ids,
-                    "finish_reason": res.stats.finish_reason,
-                }) + "\n")
-            f.flush()
+            out.write_many({  # the batch's lines in one write
+                "id": rec["id"], "mode": mode, "prompt": rec["prompt"],
+                "response": target.tokenizer.decode(res.token_ids, skip_special_tokens=True),
+                "prompt_ids": rec["prompt_ids"], "response_ids": res.token_ids,
+                "finish_reason": res.stats.finish_reason,
+            } for rec, res in zip(batch, results))
             bar.update(len(batch))
     return times
 

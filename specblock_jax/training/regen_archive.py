@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from specblock_jax.jsonl import complete_lines, dumps
 from specblock_jax.training.regen_dataset import MODES
 
 ARCHIVE = "regen.npz"
@@ -48,7 +49,7 @@ def sha256(data: bytes) -> str:
 
 def record_line(rec: dict[str, Any]) -> str:
     """One `<mode>.jsonl` line exactly as `train/regenerate.py` writes it (keys in LINE_KEYS order)."""
-    return json.dumps({k: rec[k] for k in LINE_KEYS}) + "\n"
+    return dumps({k: rec[k] for k in LINE_KEYS}, ensure_ascii=True)
 
 
 def _decode(tokenizer, ids: list[int]) -> str:
@@ -64,9 +65,9 @@ def _to_u16(ids: list[int], what: str) -> np.ndarray:
 
 def _read_mode(path: Path) -> tuple[bytes, list[dict[str, Any]]]:
     """(file bytes, records) of one <mode>.jsonl; every line must re-serialise to itself."""
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        raise ValueError(f"{path}: torn last line (rerun the regeneration to finish it first)")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    data = complete_lines(path, torn="raise")  # a TornLineError (a ValueError): rerun the regeneration first
     recs = []
     for n, line in enumerate(data.decode("utf-8").splitlines(keepends=True), 1):
         rec = json.loads(line)

@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from etils import epath
 
-from specblock_jax.jsonl import parse_lines
+from specblock_jax.jsonl import Torn, complete_lines, parse_rows
 
 log = logging.getLogger(__name__)
 
@@ -37,21 +37,17 @@ VALIDATION_PER_MILLE = 20  # ~2% of ids go to the validation split
 RECORD_KEYS = ("id", "mode", "prompt_ids", "response_ids")
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
+def read_records(path: Path, torn: Torn = "ignore") -> list[dict[str, Any]]:
     """The records of one regenerate `<mode>.jsonl` file ([] if it does not exist).
 
-    A torn last line (no trailing newline: a kill mid-write) is ignored; any other line that is
+    A torn last line (no trailing newline: a kill mid-write) is ignored (torn="cut": cut off the
+    file, as a resuming writer does; `specblock_jax.jsonl.complete_lines`); any other line that is
     not a record with id, mode, prompt_ids and response_ids is skipped with a warning.
     """
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").split("\n")
-    if lines[-1]:
-        log.warning("%s: ignoring a torn last line", path)
     out = []
-    for n, rec, bad_json in parse_lines(lines[:-1]):
-        if bad_json is not None:
-            log.warning("%s line %d: skipped, invalid JSON (%s)", path, n, bad_json)
+    for n, rec, bad in parse_rows(complete_lines(path, torn).splitlines()):
+        if bad is not None:
+            log.warning("%s line %d: skipped, %s", path, n, bad)
             continue
         if not isinstance(rec, dict) or any(k not in rec for k in RECORD_KEYS):
             log.warning("%s line %d: skipped, a record needs the keys %s", path, n, RECORD_KEYS)
