@@ -415,7 +415,6 @@ def test_variant_configs_use_only_known_keys(path, kind):
 def test_builtin_kinds_are_found_by_convention():
     assert registry.kinds(trainable=True) == ["blockpilot", "dflash", "eagle3", "specblock"]
     assert set(registry.kinds()) >= {"blockpilot", "dflash", "eagle3", "specblock"}
-    assert registry.get("Eagle3Drafter") is registry.get("eagle3")  # folders written before the registry
 
 
 # ------------------------------------------------------------------------------------- CLI
