@@ -14,22 +14,16 @@ import specblock_jax as sbj
 from specblock_jax.drafters.blockpilot._labels import oracle_labels, read_labels
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDY = ROOT / "benchmarks" / "blockpilot_priced"
 DRAFTER = ROOT / "assets" / "drafters" / "blockpilot-v5p"
-
-
-# The study's products (benchmarks/blockpilot_priced/run.sh: tau.json, results.json, the shipped
-# drafter); until that run has made them, the tests that read them say so instead of failing.
-MADE = all(p.exists() for p in (STUDY / "tau.json", STUDY / "results.json", DRAFTER / "config.json"))
-needs_study = pytest.mark.skipif(not MADE, reason="run benchmarks/blockpilot_priced/run.sh first: tau.json, "
-                                 "results.json or assets/drafters/blockpilot-v5p missing")
+# what the drafter was trained from, committed beside it (the retired benchmarks/blockpilot_priced
+# study's tau table, priced costs and results, last at 52329e8; docs/findings.md summarises it)
+STUDY = DRAFTER / "provenance"
 
 
 def _read(name: str) -> dict:
     return json.loads((STUDY / name).read_text())
 
 
-@needs_study
 def test_priced_labels_reproduce_from_the_committed_tau_table_and_costs(tmp_path):
     """Each split's labels recomputed (tau / priced step ms, ties to the training size 8) match the
     counts and per-request sizes results.json reports, through the library's label reader given
@@ -59,7 +53,7 @@ def test_priced_labels_reproduce_from_the_committed_tau_table_and_costs(tmp_path
         ids, got_sizes, _, got = read_labels(folder, "speed", 8, costs=STUDY / "costs_v5p.json")
         assert (ids, got_sizes, got) == (sp["ids"], sizes, labels)
     report = json.loads((DRAFTER / "report.json").read_text())
-    assert report["metric"] == "speed" and report["costs"].endswith("blockpilot_priced/costs_v5p.json")
+    assert report["metric"] == "speed" and report["costs"].endswith("costs_v5p.json")
     assert report["train"]["predicted_counts"] == results["splits"]["train"]["methods"]["BlockPilot-v5p"]["counts"]
 
 
@@ -69,7 +63,6 @@ def shipped():
     return target, sbj.load_drafter(DRAFTER, target)
 
 
-@needs_study
 def test_the_policy_picks_the_same_size_alone_and_in_a_batch_of_8(shipped):
     """generate's serving (one prefill per batch, the policy on its logits: stats.block_size)
     gives each of 8 HumanEval prompts the same size one at a time as in one batch of 8 (padded to
@@ -89,7 +82,6 @@ def test_the_policy_picks_the_same_size_alone_and_in_a_batch_of_8(shipped):
     assert alone == _read("results.json")["splits"]["humaneval"]["policy_size"][:8]
 
 
-@needs_study
 def test_the_shipped_blockpilot_v5p_drafter_is_lossless(shipped):
     target, loaded = shipped
     lines = (ROOT / "assets/prompts/heldout.jsonl").read_text().splitlines()[:3]
