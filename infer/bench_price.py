@@ -29,7 +29,7 @@ change to the library's code or the compiler misses the cache. `Pricer.sources` 
 whether it was compiled in this run or read from the cache (and when that entry was computed), and
 the bench's meta records it. A column that cannot be priced (an `auto:` method, a phase
 that failed to compile or whose counts are unknown) is None. How far such estimates
-are from measured TPU figures: benchmarks/tpu_validation/.
+are from measured TPU figures: docs/findings.md, tpu_validation.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class PriceSpec:
                 "new tokens, this run's batch size): "
                 "priced_speedup = tau_run x priced target-only step / priced speculative step. "
                 "The compiler's estimate leaves out host overhead, launch gaps and collectives' latency: "
-                "against published TPU measurements it priced steps fast (benchmarks/tpu_validation/).")
+                "against published TPU measurements it priced steps fast (docs/findings.md, tpu_validation).")
 
 
 def method_shape(drafter: Method) -> dict | None:

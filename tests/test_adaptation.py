@@ -19,6 +19,7 @@ from specblock_jax.adaptation.buffer import ReplayBuffer
 from specblock_jax.decoding.compiled import compilation_count
 from specblock_jax.drafters.blockpilot._model import BlockPilotDrafter, PolicyConfig, init_policy
 from specblock_jax.drafters.dflash._train import DFlashTask
+from specblock_jax.drafters.prompt_lookup import PromptLookup
 from specblock_jax.drafters.eagle3._train import Eagle3Task
 from specblock_jax.drafters.specblock._train import SpecBlockTask
 
@@ -367,7 +368,7 @@ def test_bad_settings_and_kinds_are_refused(target, eagle3):
     assert AdaptConfig.parse("subset=layer+fc,cost_scale=0,rollback=false") == AdaptConfig(
         subset="layer,fc", cost_scale=0.0, rollback=False)
     with pytest.raises(ValueError, match="cannot adapt|trainable weights"):
-        Adapter(sbj.LoadedDrafter(sbj.drafters.prompt_lookup.PromptLookup(), ()))
+        Adapter(sbj.LoadedDrafter(PromptLookup(), ()))
     with pytest.raises(ValueError, match="the drafter the adapter was built for"):
         sbj.generate(target, [[1, 2, 3]], drafter=sbj.load_drafter("prompt_lookup", target), adapter=_adapter(eagle3))
 

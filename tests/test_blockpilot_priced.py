@@ -1,4 +1,4 @@
-"""BlockPilot with labels priced for v5p (benchmarks/blockpilot_priced/): the priced labels
+"""BlockPilot with labels priced for v5p (its provenance/, from the retired blockpilot_priced study: docs/findings.md): the priced labels
 reproduce from the committed tau table and costs file, the shipped blockpilot-v5p policy gives a
 request the same size alone and in a batch of 8, and its greedy output is the target's."""
 

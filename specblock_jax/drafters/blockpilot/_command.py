@@ -23,7 +23,7 @@ already profiled, are skipped.
 acceptance length (`--metric tau`, kept for comparison) or the best decoding speed (`--metric
 speed`, the default: the prompt's tau at that size / the size's step cost, tokens per ms at batch
 1; the cost measured in each folder's costs.json, or from `--costs FILE`, e.g. priced for a TPU:
-benchmarks/blockpilot_priced/costs_v5p.json), ties to the size nearest the DFlash drafter's
+assets/drafters/blockpilot-v5p/provenance/costs_v5p.json), ties to the size nearest the DFlash drafter's
 training block size (then the smaller). Features are computed from the target's prefill logits
 (`_train.prefill_features`). The policy trains as the registered
 "blockpilot" task (`BlockPilotTask`) through the one trainer: full-batch AdamW (constant `--lr`,

@@ -4,7 +4,7 @@ ms}, ...} and settings.json (the prompt file they were made from). Reading them 
 oracle size, the one with the best measured tau or speed (tau / step cost); `oracle_table` maps a
 prompt's token ids to it, so a bench can route each request to its labelled size. The step costs
 are the folder's measured costs.json unless a costs file is given (the same {"step_ms": {size: ms}}
-layout, e.g. each size's step priced for a TPU: benchmarks/blockpilot_priced/costs_v5p.json).
+layout, e.g. each size's step priced for a TPU: assets/drafters/blockpilot-v5p/provenance/costs_v5p.json).
 """
 
 from __future__ import annotations
