@@ -22,19 +22,8 @@ ENTRY_NAMES = ("run.sh", "run.py")
 
 PENDING = {
     "benchmarks/blockpilot_window/evaluate.py": {"specblock_jax.drafters.blockpilot"},
-    "benchmarks/blockpilot_window/price_sizes.py": {"specblock_jax.aot.report"},
-    "benchmarks/long_jobs/make_prompts.py": {"specblock_jax.training.source_prompts"},
-    "benchmarks/seed_claims/t1_acceptance.py": {"specblock_jax.decoding.prompts"},
-    "benchmarks/specblock_cost/compare.py": {"specblock_jax.drafters.common"},
-    "benchmarks/specblock_cost/context_bytes.py": {"specblock_jax.aot.report"},
-    "benchmarks/specblock_cost/grid_price.py": {"specblock_jax.aot.report", "specblock_jax.drafters.common"},
-    "benchmarks/specblock_cost/phases.py": {"specblock_jax.aot.phases", "specblock_jax.aot.report",
-                                            "specblock_jax.aot.topology", "specblock_jax.models.kv_cache",
-                                            "specblock_jax.parallel.mesh"},
-    "benchmarks/specblock_cost/priced.py": {"specblock_jax.drafters.common"},
-    "benchmarks/tpu_aot/tables.py": {"specblock_jax.aot.report"},
+    "benchmarks/specblock_cost/phases.py": {"specblock_jax.aot.phases"},
 }
-
 
 def _studies() -> list[Path]:
     return sorted(p for p in BENCH.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from specblock_jax import aot
-from specblock_jax.aot.report import roofline_seconds
+from specblock_jax.aot import roofline_seconds
 
 HERE = Path(__file__).resolve().parent
 

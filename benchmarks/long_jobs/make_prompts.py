@@ -30,7 +30,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from specblock_jax.training.source_prompts import extract_prompts, finalize, windows, write_jsonl
+from specblock_jax.training import source_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,7 +61,7 @@ def shift_prompts(manifest: dict, count: int = SHIFT_COUNT) -> list[dict[str, st
     if SHIFT_PACKAGE in {d.lower() for d in manifest["distributions"]}:
         raise SystemExit(f"{SHIFT_PACKAGE} is in the corpus ({MANIFEST}): not a domain shift")
     records = package_sources(SHIFT_PACKAGE)
-    found = windows(records, count, where=SHIFT_PACKAGE)
+    found = source_prompts.windows(records, count, where=SHIFT_PACKAGE)
     return [{"id": SHIFT_PACKAGE + "/" + p["id"].removeprefix("windows/"), "prompt": p["prompt"]} for p in found]
 
 
@@ -72,10 +72,10 @@ def indomain_prompts(manifest: dict, train_path: Path) -> list[dict[str, str]]:
     skipped: Counter[str] = Counter()
     raw = []
     for rel in manifest["splits"]["heldout"]["paths"]:
-        found, why = extract_prompts((root / rel).read_text(encoding="utf-8"))
+        found, why = source_prompts.extract_prompts((root / rel).read_text(encoding="utf-8"))
         skipped.update(why)
         raw.extend({"id": f"heldout/{rel}:{n}", "prompt": p} for n, p in found)
-    kept = [p for p in finalize(raw, skipped, MAX_CHARS) if p["prompt"] not in train]
+    kept = [p for p in source_prompts.finalize(raw, skipped, MAX_CHARS) if p["prompt"] not in train]
     print(f"in-domain: {len(kept)} prompts of {len(raw)} found; skipped {dict(skipped)}")
     return kept
 
@@ -93,7 +93,7 @@ def main(argv=None) -> None:
         if tokens < floor:
             raise SystemExit(f"{name}: {len(prompts)} prompts x {MAX_NEW_TOKENS} = {tokens} new tokens < {floor}")
         path = Path(args.out) / f"{name}.jsonl"
-        write_jsonl(path, prompts)
+        source_prompts.write_jsonl(path, prompts)
         print(f"{path}: {len(prompts)} prompts, {tokens:,} new tokens at max_new_tokens={MAX_NEW_TOKENS}, "
               f"{path.stat().st_size:,} bytes")
 

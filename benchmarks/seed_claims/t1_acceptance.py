@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import specblock_jax as sbj
-from specblock_jax.decoding.prompts import encode_prompts
+from specblock_jax.decoding import encode_prompts
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from grid_price import CHAIN, update_rows
-from specblock_jax.drafters.common import bucket_of
+from specblock_jax.drafters import bucket_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

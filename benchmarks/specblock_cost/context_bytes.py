@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from specblock_jax import aot
-from specblock_jax.aot.report import roofline_seconds
+from specblock_jax.aot import roofline_seconds
 
 HERE = Path(__file__).resolve().parent
 CONTEXTS = (512, 1024, 2048)

@@ -23,8 +23,8 @@ import json
 from pathlib import Path
 
 from specblock_jax import aot
-from specblock_jax.aot.report import roofline_seconds
-from specblock_jax.drafters.common import bucket_of
+from specblock_jax.aot import roofline_seconds
+from specblock_jax.drafters import bucket_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

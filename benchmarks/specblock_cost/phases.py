@@ -29,10 +29,9 @@ from specblock_jax import aot
 # below the public faces (issue 64: to be exported, or this script retired): aot.phases, aot.report,
 # aot.topology.topology_mesh, models.kv_cache.cache_length, parallel.mesh.tree_bytes
 from specblock_jax.aot import phases as aot_phases
-from specblock_jax.aot.report import roofline_seconds
-from specblock_jax.aot.topology import topology_mesh
-from specblock_jax.models.kv_cache import cache_length
-from specblock_jax.parallel.mesh import tree_bytes
+from specblock_jax.aot import roofline_seconds, topology_mesh
+from specblock_jax.models import cache_length
+from specblock_jax.parallel import tree_bytes
 
 get_topology, make_loop, abstract_target = aot.get_topology, sbj.decoding.make_loop, sbj.models.abstract_target
 ShardingPlan, shard_bytes = sbj.parallel.ShardingPlan, sbj.parallel.shard_bytes

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import specblock_jax as sbj
-from specblock_jax.drafters.common import bucket_of
+from specblock_jax.drafters import bucket_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -13,7 +13,7 @@ import json
 import sys
 from pathlib import Path
 
-from specblock_jax.aot.report import roofline_seconds
+from specblock_jax.aot import roofline_seconds
 
 HERE = Path(__file__).resolve().parent
 HEADER = """# Qwen3-8B on TPU topologies, compiled ahead of time on a CPU (issue 39)

@@ -11,10 +11,11 @@ Needs libtpu: `pip install 'specblock-jax[tpu]'` (docs/tpu_aot.md).
 
 from specblock_jax.aot.presets import PRESETS, load_preset, load_target_config, released_drafter
 from specblock_jax.aot.price import price_method
+from specblock_jax.aot.report import roofline_seconds
 from specblock_jax.aot.topology import (CHIPS, MissingLibtpuError, UnknownTopologyError, get_topology,
-                                        require_libtpu)
+                                        require_libtpu, topology_mesh)
 
 __all__ = [
     "CHIPS", "MissingLibtpuError", "PRESETS", "UnknownTopologyError", "get_topology", "load_preset",
-    "load_target_config", "price_method", "released_drafter", "require_libtpu",
+    "load_target_config", "price_method", "released_drafter", "require_libtpu", "roofline_seconds", "topology_mesh",
 ]

@@ -7,4 +7,5 @@ with one `register(DrafterKind(...))` call (docs/architecture.md, "Adding a draf
 
 from specblock_jax.drafters import registry
 from specblock_jax.drafters.base import DraftContext, Drafter, LoadedDrafter, Prefill
+from specblock_jax.drafters.common import bucket_of
 from specblock_jax.drafters.registry import DrafterKind, register

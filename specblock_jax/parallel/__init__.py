@@ -14,11 +14,11 @@ from specblock_jax.parallel.distributed import (HostShard, fetch, host_gather_fl
                                                 host_min, host_shard,
                                                 host_sum, initialize, local_rows, sync)
 from specblock_jax.parallel.mesh import (AXES, PARAM_RULES, ShardingPlan, make_mesh, mesh_str,
-                                         param_logical_axes, parse_mesh, shard_bytes)
+                                         param_logical_axes, parse_mesh, shard_bytes, tree_bytes)
 
 __all__ = [
     "AXES", "HostShard", "PARAM_RULES", "ShardingPlan", "constrain", "constrain_batch",
     "constrain_cache", "fetch", "host_gather_floats", "host_max", "host_min", "host_shard",
     "host_sum", "initialize", "local_rows", "make_mesh", "mesh_str", "param_logical_axes",
-    "parse_mesh", "shard_bytes", "sync", "use_plan",
+    "parse_mesh", "shard_bytes", "sync", "tree_bytes", "use_plan",
 ]
