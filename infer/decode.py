@@ -105,16 +105,20 @@ def shipped_method(method: str) -> str:
     return prefix + shipped(base, "drafters") + sep + rest
 
 
+def path_record(path: str) -> str:
+    """A path as output rows record it: inside the checkout, relative to it (`eagle3` and
+    `assets/drafters/eagle3` record alike, from any working folder); any other as given."""
+    try:
+        return str(Path(path).resolve().relative_to(CHECKOUT)) if Path(path).exists() else path
+    except ValueError:
+        return path
+
+
 def method_record(method: str) -> str:
-    """A resolved method as output rows record it: a folder inside the checkout relative to it
-    (`eagle3` and `assets/drafters/eagle3` record alike), any other as given."""
+    """A resolved method as output rows record it: its folder as `path_record` gives it."""
     prefix = methods.AUTO if method.startswith(methods.AUTO) else ""
     base, sep, rest = method[len(prefix):].partition(":")
-    try:
-        base = str(Path(base).resolve().relative_to(CHECKOUT)) if Path(base).exists() else base
-    except ValueError:
-        pass
-    return prefix + base + sep + rest
+    return prefix + path_record(base) + sep + rest
 
 
 def add_cache_flags(p: argparse.ArgumentParser) -> None:
@@ -363,7 +367,7 @@ def job_records(args, target):
 def record_settings(args, records, chat_format: dict | None) -> None:
     """Each record's budget, temperature and "settings": the method and every setting that
     changes its tokens, as its output row records them (a resume must match them)."""
-    base = {"method": method_record(args.method), "target": "random" if args.random_target else args.target,
+    base = {"method": method_record(args.method), "target": "random" if args.random_target else path_record(default_path(args.target)),
             "top_k": args.top_k, "top_p": args.top_p, "seed": args.seed, "chat": chat_format}
     for rec in records:
         rec["budget"] = rec["max_new_tokens"] or args.max_new_tokens

@@ -49,7 +49,8 @@ def test_decode_and_bench_run_shipped_names_from_another_folder(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     shipped = [json.loads(x) for x in (CHECKOUT / "assets/prompts/humaneval.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == [r["id"] for r in shipped[:2]]
-    assert {r["settings"]["method"] for r in rows} == {"assets/drafters/eagle3"}
+    assert {(r["settings"]["method"], r["settings"]["target"]) for r in rows} == {("assets/drafters/eagle3",
+                                                                                   "assets/target")}
     run = subprocess.run([str(BIN / "specblock-bench"), "--prompts", "humaneval", "--methods", "eagle3",
                           "--out-dir", "bench", "--rounds", "1", "--warmup-prompts", "0", *common],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
