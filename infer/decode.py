@@ -55,7 +55,7 @@ from tqdm import tqdm
 
 import specblock_jax as sbj
 from specblock_jax import checks, jsonl, parallel
-from specblock_jax.decoding.prompts import id_key, prompt_ids
+from specblock_jax.prompts import id_key, prompt_ids
 from specblock_jax.serving import methods
 from specblock_jax.training import chat
 

@@ -25,7 +25,7 @@ from specblock_jax import adaptation, decoding, drafters, models, parallel, serv
 
 # Decoding: batched generation, autoregressive or speculative, what it returns, prompt files.
 from specblock_jax.decoding import DecodeOptions, GenerationResult, GenerationStats, Sampling, generate
-from specblock_jax.decoding.prompts import read_prompts
+from specblock_jax.prompts import read_prompts
 
 # Drafters: folders of any registered kind, loaded with their weights.
 from specblock_jax.drafters.base import LoadedDrafter

@@ -67,7 +67,7 @@ def test_the_policy_picks_the_same_size_alone_and_in_a_batch_of_8(shipped):
     """generate's serving (one prefill per batch, the policy on its logits: stats.block_size)
     gives each of 8 HumanEval prompts the same size one at a time as in one batch of 8 (padded to
     one width), and the size compare.py reported for it."""
-    from specblock_jax.decoding.prompts import encode_prompts
+    from specblock_jax.prompts import encode_prompts
 
     target, (drafter, params) = shipped
     assert drafter.policy.sizes == (4, 5, 6, 7, 8)

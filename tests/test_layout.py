@@ -82,14 +82,27 @@ def _layers() -> list[set[str]]:
     return [{name.strip() for name in group.split(",")} for group in _doc_block("layers").split("->")]
 
 
+# Modules allowed to import above their layer, each with its reason (a stale entry fails the test).
+ABOVE_THEIR_LAYER = {
+    "specblock_jax.drafters.blockpilot._command":
+        "BlockPilot's training command (registry.train_command, run by specblock-train) decodes "
+        "labels, profiles steps and runs the trainer: the top of the stack, kept in its kind's "
+        "folder so no other code names the kind; its imports run when the command does, never on "
+        "import of the package",
+}
+
+
 def test_imports_follow_the_layer_order_drawn_in_the_architecture_doc():
     layers = _layers()
     rank = {name: i for i, group in enumerate(layers) for name in group}
     tops = {m.split(".")[1] for m in _graph() if m.count(".") >= 1}
     assert tops == set(rank), f"subpackages not in the drawn order: {sorted(tops ^ set(rank))}"
-    against = []
+    against, excused = [], set()
     for module, deps in _graph().items():
         if module == "specblock_jax":
+            continue
+        if module in ABOVE_THEIR_LAYER:
+            excused.add(module)
             continue
         src = module.split(".")[1]
         for dep, _ in deps:
@@ -99,6 +112,10 @@ def test_imports_follow_the_layer_order_drawn_in_the_architecture_doc():
             elif dst != src and rank[dst] > rank[src]:
                 against.append(f"{module} ({src}) imports {dep} ({dst}, a higher layer)")
     assert against == []
+    assert excused == set(ABOVE_THEIR_LAYER), "an exception names a module that no longer exists"
+    for module in ABOVE_THEIR_LAYER:  # and still needs it: it imports above its layer
+        src = module.split(".")[1]
+        assert any(dep.count(".") == 0 or rank[dep.split(".")[1]] > rank[src] for dep, _ in _graph()[module]), module
 
 
 def test_the_layer_check_catches_an_upward_import(monkeypatch):

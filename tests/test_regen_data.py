@@ -11,7 +11,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 import specblock_jax as sbj
-from specblock_jax.decoding.prompts import encode_prompts
+from specblock_jax.prompts import encode_prompts
 from specblock_jax.training import BatchIterator, RegenDataset, build_tfds, pack_example
 from specblock_jax.training.regen_dataset import is_validation
 from specblock_jax_cli.train import regenerate

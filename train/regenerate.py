@@ -50,7 +50,7 @@ from tqdm import tqdm
 
 import specblock_jax as sbj
 from specblock_jax import jsonl
-from specblock_jax.decoding.prompts import encode_prompts
+from specblock_jax.prompts import encode_prompts
 from specblock_jax.training import chat
 from specblock_jax.training.regen_dataset import MODES, build_tfds, built_splits, read_records
 

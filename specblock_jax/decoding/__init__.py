@@ -9,7 +9,7 @@ from specblock_jax.decoding.generate import generate
 from specblock_jax.decoding.job import Request
 from specblock_jax.decoding.loop import DecodeLoop, SpeculativeLoop, TargetLoop, decode_loop, make_loop
 from specblock_jax.decoding.options import DecodeOptions
-from specblock_jax.decoding.prompts import encode_prompts, read_prompts
+from specblock_jax.prompts import encode_prompts, read_prompts
 from specblock_jax.decoding.loop_core import LoopInputs, LoopOutput
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
 from specblock_jax.decoding.sampling import Sampling, SamplingParams, sample, sampling_logprobs

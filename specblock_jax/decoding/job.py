@@ -14,7 +14,7 @@ from specblock_jax import checks
 from specblock_jax.decoding.options import DecodeOptions
 from specblock_jax.decoding.sampling import Sampling
 from specblock_jax.models.target import Target
-from specblock_jax.decoding.prompts import prompt_ids
+from specblock_jax.prompts import prompt_ids
 
 MAX_STOP_TOKENS = 8
 

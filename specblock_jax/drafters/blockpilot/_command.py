@@ -46,6 +46,9 @@ import numpy as np
 from tqdm import tqdm
 
 from specblock_jax.drafters.blockpilot._labels import read_labels
+from specblock_jax.drafters.blockpilot._train import BlockPilotTask, PolicyData, prefill_features
+from specblock_jax.jsonl import append_rows, read_rows
+from specblock_jax.prompts import encode_prompts, read_prompts
 
 
 def training_block_size(dflash_dir: str | Path) -> int:
@@ -139,14 +142,11 @@ def parsers(prog: str, description: str = "") -> tuple[argparse.ArgumentParser, 
 
 def done_ids(path: Path) -> set:
     """The ids already written to a label file (a torn last line from a kill cut off first)."""
-    from specblock_jax.jsonl import read_rows
-
     return {row["id"] for row in read_rows(path)}
 
 
 def make_labels(args) -> None:
     import specblock_jax as sbj  # the library's face, imported when the command runs (not at registration)
-    from specblock_jax.decoding.prompts import read_prompts
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -167,7 +167,6 @@ def write_labels(target, dflash_dir, records: list[dict], sizes: list[int], out:
     (out/costs.json). Resumes: records already in a size's file and sizes already profiled are
     skipped (a torn last line from a kill is dropped first)."""
     import specblock_jax as sbj
-    from specblock_jax.decoding.prompts import encode_prompts
     from specblock_jax.decoding.step_profile import step_ms
     from specblock_jax.serving.prompt_profile import median_step_profile
 
@@ -176,7 +175,8 @@ def write_labels(target, dflash_dir, records: list[dict], sizes: list[int], out:
     for size in sizes:
         drafter = sbj.load_drafter(dflash_dir, target, block_size=size)
         path = out / f"size_{size}.jsonl"
-        todo = [r for r in records if r["id"] not in done_ids(path)]
+        done = done_ids(path)
+        todo = [r for r in records if r["id"] not in done]
         chunk = batch_size * 4
         bar = tqdm(total=len(records), initial=len(records) - len(todo), desc=f"block {size}")
         for start in range(0, len(todo), chunk):
@@ -184,11 +184,8 @@ def write_labels(target, dflash_dir, records: list[dict], sizes: list[int], out:
             res = sbj.generate(target, [r["prompt"] for r in part], drafter=drafter, max_new_tokens=max_new_tokens,
                                seed=seed, sampling=sbj.Sampling(temperature),
                                options=sbj.DecodeOptions(batch_size=batch_size))
-            with path.open("a") as f:
-                f.write("".join(json.dumps({"id": r["id"], "tau": g.stats.tau,
-                                            "forwards": g.stats.target_forwards,
-                                            "new_tokens": g.stats.new_tokens}) + "\n"
-                                for r, g in zip(part, res)))
+            append_rows(path, [{"id": r["id"], "tau": g.stats.tau, "forwards": g.stats.target_forwards,
+                                "new_tokens": g.stats.new_tokens} for r, g in zip(part, res)])
             bar.update(len(part))
         bar.close()
         if str(size) not in costs.get("step_ms", {}) and cost_prompts:
@@ -202,8 +199,6 @@ def write_labels(target, dflash_dir, records: list[dict], sizes: list[int], out:
 
 def train_cmd(args) -> None:
     import specblock_jax as sbj
-    from specblock_jax.decoding.prompts import read_prompts
-    from specblock_jax.drafters.blockpilot._train import BlockPilotTask, PolicyData, prefill_features
     from specblock_jax.trainer.trainer import train
 
     target = sbj.load_target(args.target)

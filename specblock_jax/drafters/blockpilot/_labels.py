@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specblock_jax.decoding.prompts import read_prompts
+from specblock_jax.prompts import read_prompts
 
 
 def oracle_labels(score: np.ndarray, sizes: list[int], prefer: int | None = None) -> list[int]:
@@ -82,7 +82,7 @@ def oracle_drafter(loaded, folder: str, target):
     label folder."""
     import dataclasses
 
-    from specblock_jax.decoding.prompts import encode_prompts
+    from specblock_jax.prompts import encode_prompts
     from specblock_jax.drafters.base import LoadedDrafter
 
     inner, params = loaded

@@ -28,7 +28,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from specblock_jax.decoding.prompts import encode_prompts
+from specblock_jax.prompts import encode_prompts
 from specblock_jax.models.kv_cache import length_bucket
 from specblock_jax.drafters.blockpilot._model import (PolicyConfig, features, init_policy, load_blockpilot,
                                                save_blockpilot)
