@@ -105,7 +105,7 @@ PROG = "specblock-bench"
 
 def drafter_forwards_per_step(served: Method) -> int:
     """Drafter forwards per decoding step (0 for ar and prompt lookup; an auto method's drafter's)."""
-    return 0 if served.drafter is None else int(getattr(served.drafter.drafter, "forwards_per_step", 0))
+    return 0 if served.loaded is None else int(getattr(served.loaded.drafter, "forwards_per_step", 0))
 
 
 def split_calibrate(method: str) -> tuple[str, bool]:
@@ -132,10 +132,10 @@ def split_host_settings(method: str) -> tuple[str, dict[str, str]]:
 def apply_host_settings(served: Method, settings: dict[str, str], target, method: str) -> Method:
     """`served` with each host-side setting applied by its drafter's kind; a clear exit for a
     setting the kind does not have or a value it refuses."""
-    if served.drafter is None or served.auto is not None:
+    if served.loaded is None or served.auto is not None:
         raise SystemExit(f"--methods: {method!r}: {', '.join(settings)}= needs a plain drafter method")
-    kind = registry.get(served.drafter.drafter.kind)
-    loaded = served.drafter
+    kind = registry.get(served.loaded.drafter.kind)
+    loaded = served.loaded
     for key, value in settings.items():
         if key not in kind.method_settings:
             raise SystemExit(f"--methods: {method!r}: {key}= is not a setting of the {kind.name} kind")
@@ -213,15 +213,15 @@ def prepare_method(target, method, temperature, batch_size, args, cal_prompts: l
         print(f"calibrating {method_label(method)} on {len(cal_prompts)} prompts "
               f"(T={temperature:g}, batch {batch_size})", flush=True)
         try:
-            own = default_grid(served.drafter.drafter)
+            own = default_grid(served.loaded.drafter)
             grid = {k: args.calibrate_grid.get(k, v) for k, v in own.items()}
-            calibration = calibrate(target, served.drafter, cal_prompts, grid, max_new_tokens=args.max_new_tokens,
+            calibration = calibrate(target, served.loaded, cal_prompts, grid, max_new_tokens=args.max_new_tokens,
                                     batch_size=batch_size, temperature=temperature, seed=args.seed,
                                     verify_timing=False)
         except ValueError as e:
             raise SystemExit(f"--methods: {method!r}: {e}") from None
         calibration["prompts"] = len(cal_prompts)
-        served = Method(served.name, with_setting(served.drafter, calibration["best"]))
+        served = Method(served.name, with_setting(served.loaded, calibration["best"]))
     adapter = None
     if adapt is not None:
         adapter = make_adapter(method, served, ",".join(filter(None, [args.adapt_settings, adapt])))
@@ -347,7 +347,7 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
     prof = profile_summary(results)
     tau_median = float(np.median(taus))
     tau_run = sum(len(r.token_ids) - 1 for r in results) / max(sum(r.stats.target_forwards - 1 for r in results), 1)
-    is_ar = served.auto is None and served.drafter is None
+    is_ar = served.auto is None and served.loaded is None
     draft_step, verify_step, ideal = step_figures(prof, tau_run, is_ar)
     return {
         "method": method, "temperature": temperature, "batch_size": batch_size, "prompts": len(results), "new_tokens": tokens,
@@ -514,9 +514,9 @@ def main(argv=None) -> int:
     if args.price_only:
         if pricer is None or args.price_cache is None:
             raise SystemExit("--price-only needs --price TOPO,PRESET and --price-cache DIR")
-        drafters = [cli_method(split_host_settings(split_adapt(split_calibrate(m)[0])[0])[0], target, prog=PROG, flag="--methods")
+        resolved = [cli_method(split_host_settings(split_adapt(split_calibrate(m)[0])[0])[0], target, prog=PROG, flag="--methods")
                     for m in methods]
-        price_all(pricer, drafters, methods, [int(b) for b in str(args.batch_size).split(",")])
+        price_all(pricer, resolved, methods, [int(b) for b in str(args.batch_size).split(",")])
         return 0
     records, errors = read_prompts(args.prompts)
     cal_records, records = calibration_split(records[args.skip:], args,

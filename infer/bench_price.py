@@ -82,18 +82,18 @@ class PriceSpec:
                 "against published TPU measurements it priced steps fast (docs/findings.md, tpu_validation).")
 
 
-def method_shape(drafter: Method) -> dict | None:
+def method_shape(method: Method) -> dict | None:
     """How the bench's method drafts, in `aot.price_method`'s terms: {"method": kind with its
     ':key=value' tree settings, "nodes" or "block": its size}; {"method": "ar"} for target-only;
     None for an `auto:` method (it switches between options: no one step to price). The drafter is
     sized as released for the preset (`aot.released_drafter`); only the tree or block size and
     the settings its kind's `AotPreset.priced_settings` names (EAGLE-3's top_k/depth) come from
     the bench's method."""
-    if drafter.auto is not None:
+    if method.auto is not None:
         return None
-    if drafter.drafter is None:
+    if method.loaded is None:
         return {"method": "ar"}
-    d = drafter.drafter.drafter
+    d = method.loaded.drafter
     kind = d.kind
     preset = registry.get(kind).aot if kind in registry.kinds() else None
     if preset is not None and preset.size_knob == "block_size":
@@ -198,21 +198,21 @@ class Pricer:
         total = sum(steps.values())
         return sum(ms[b] * n for b, n in steps.items()) / total, {b: round(n / total, 4) for b, n in sorted(steps.items())}
 
-    def row(self, drafter, tau_run: float, batch: int, commits=None) -> dict:
+    def row(self, method: Method, tau_run: float, batch: int, commits=None) -> dict:
         """The priced columns of one bench row (None where the step could not be priced). commits:
         the run's steps by the most tokens a batch committed (summed `stats.commit_hist`); with a
         drafter whose update switches on them (`update_rows`), the update is priced as that mix
         of its buckets (`update_mix`) in place of the switch's costliest branch, which XLA's cost
         analysis charges, and `priced_update` says which."""
         out = dict.fromkeys(PRICED_KEYS)
-        shape = method_shape(drafter)
+        shape = method_shape(method)
         if shape is None:
             return out
         base = self.phases_ms({"method": "ar"}, batch).get("target_step")
         if shape["method"] == "ar":
             return {**out, "priced_step_ms": base, "priced_speedup": None if base is None else 1.0}
         ms = dict(self.phases_ms(shape, batch))
-        rows = getattr(drafter.drafter.drafter, "update_rows", None)
+        rows = getattr(method.loaded.drafter, "update_rows", None)
         if rows and commits is not None and "update" in ms:
             mix = self.update_mix(shape, batch, rows, commits)
             if mix is not None:
@@ -234,12 +234,12 @@ class Pricer:
         return out
 
 
-def price_all(pricer: Pricer, drafters: list, labels: list[str], batch_sizes: list[int]) -> None:
-    """`--price-only`: prices target-only and every distinct drafting shape of `drafters` at each
+def price_all(pricer: Pricer, methods: list, labels: list[str], batch_sizes: list[int]) -> None:
+    """`--price-only`: prices target-only and every distinct drafting shape of `methods` at each
     batch size (into the pricer's cache), printing each method's priced phases and their source."""
     for batch in batch_sizes:
-        for label, drafter in zip(labels, drafters):
-            shape = method_shape(drafter)
+        for label, method in zip(labels, methods):
+            shape = method_shape(method)
             if shape is None:
                 print(f"batch {batch} {label}: not priced (an auto: method)", flush=True)
                 continue

@@ -248,11 +248,11 @@ def make_adapter(method: str, served: methods.Method, settings: str):
     """An Adapter for a resolved drafter method, or a clear exit for one that cannot adapt."""
     from specblock_jax.adaptation import AdaptConfig, Adapter
 
-    kind = None if served.drafter is None else sbj.drafters.registry.kind_of(served.drafter.drafter, required=False)
+    kind = None if served.loaded is None else sbj.drafters.registry.kind_of(served.loaded.drafter, required=False)
     if served.auto is not None or kind is None or kind.objective is None:
         raise SystemExit(f"adaptation: method {method!r} has no trainable drafter")
     try:
-        return Adapter(served.drafter, AdaptConfig.parse(settings))
+        return Adapter(served.loaded, AdaptConfig.parse(settings))
     except ValueError as e:
         raise SystemExit(f"adaptation ({method!r}): {e}") from None
 
@@ -461,8 +461,8 @@ def main(argv=None) -> int:
     if mesh is not None:  # lay the weights out once (generate then finds them in place)
         plan_ = parallel.ShardingPlan(mesh)
         target = target.replace(params=plan_.put(target.params))
-        if served.drafter is not None:
-            served = dataclasses.replace(served, drafter=served.drafter._replace(params=plan_.put(served.drafter.params)))
+        if served.loaded is not None:
+            served = dataclasses.replace(served, drafter=served.loaded._replace(params=plan_.put(served.loaded.params)))
     todo, new_errors = plan(target, records, errors, done)
     out = jsonl.Appender(args.out)
     for e in new_errors:

@@ -275,8 +275,8 @@ def test_drafter_input_projections_and_kv_cache_split_over_model(method):
                      max_new=64, greedy=True)
     inputs = phases.abstract_inputs(plan, 1, 256)
     state = jax.eval_shape(lambda p, d, i: phases.prefill(loop, plan, p, d, i), params, dparams, inputs)
-    cache = state.drafter.cache
-    cache_sh = phases.state_shardings(plan, state, 1).drafter.cache
+    cache = state.drafter_state.cache
+    cache_sh = phases.state_shardings(plan, state, 1).drafter_state.cache
     total = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
     assert shard_bytes(cache, cache_sh) == total // 4
     assert all(s.spec == P(None, "model", None, None) for s in jax.tree.leaves(cache_sh))

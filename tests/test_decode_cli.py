@@ -151,7 +151,7 @@ def test_method_overrides_parse_and_reach_the_drafter(tiny_ckpt, capsys):
     assert methods.parse_method("d:rank_tree=false:scale=0.5:name=x") == (
         "d", {"rank_tree": False, "scale": 0.5, "name": "x"})
     target = sbj.load_target(tiny_ckpt)
-    assert methods.resolve_method("prompt_lookup:num_nodes=5", target).drafter.drafter.num_nodes == 5
+    assert methods.resolve_method("prompt_lookup:num_nodes=5", target).loaded.drafter.num_nodes == 5
     with pytest.raises(ValueError, match="not key=value"):
         methods.parse_method("prompt_lookup:num_nodes")
     with pytest.raises(ValueError, match="unexpected keyword"):

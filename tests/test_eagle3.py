@@ -206,7 +206,7 @@ def test_paper_baseline_preset_loads_by_name_and_stays_lossless(target, tmp_path
     d = load_drafter(tmp_path / "e3", target, preset="paper")
     assert (d.drafter.depth, d.drafter.top_k, d.drafter.num_nodes, d.drafter.forwards_per_step) == (8, 10, 61, 8)
     m = resolve_method(f"{tmp_path / 'e3'}:preset=paper:num_nodes=40", target)
-    assert (m.drafter.drafter.depth, m.drafter.drafter.num_nodes) == (8, 40)
+    assert (m.loaded.drafter.depth, m.loaded.drafter.num_nodes) == (8, 40)
     assert released_drafter(f"{tmp_path / 'e3'}:preset=paper", target.config)[0].num_nodes == 61
     with pytest.raises(ValueError, match="no decoding preset 'papr' .presets: paper"):
         load_drafter(tmp_path / "e3", target, preset="papr")

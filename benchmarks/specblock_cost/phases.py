@@ -59,9 +59,9 @@ def layout_bytes(method: str) -> dict:
                      cache_len=cache_length(CONTEXT, MAX_NEW, drafter.num_nodes))
     inputs = aot_phases.abstract_inputs(plan, 1, CONTEXT)
     state = jax.eval_shape(lambda p, d, i: aot_phases.prefill(loop, plan, p, d, i), params, dparams, inputs)
-    cache_sh = aot_phases.state_shardings(plan, state, 1).drafter.cache
-    out["kv_cache_total"] = tree_bytes(state.drafter.cache)
-    out["kv_cache_per_device"] = shard_bytes(state.drafter.cache, cache_sh)
+    cache_sh = aot_phases.state_shardings(plan, state, 1).drafter_state.cache
+    out["kv_cache_total"] = tree_bytes(state.drafter_state.cache)
+    out["kv_cache_per_device"] = shard_bytes(state.drafter_state.cache, cache_sh)
     return out
 
 

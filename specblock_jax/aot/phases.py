@@ -103,7 +103,7 @@ def state_shardings(plan: ShardingPlan, state, batch: int):
         if isinstance(v, KVCache):
             return plan.cache_shardings(v)
         out = jax.tree.map(leaf, v)
-        if name == "drafter" and getattr(v, "cache", None) is not None:
+        if name == "drafter_state" and getattr(v, "cache", None) is not None:
             out = out._replace(cache=plan.cache_shardings(v.cache))
         return out
 

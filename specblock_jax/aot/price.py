@@ -142,12 +142,12 @@ def run_chain(variant: cost.Variant, plan: ShardingPlan, batch: int, context: in
     chain.step("target_step", phases.target_step, (params, ar, stop_ids), donate=(1,), target_only=True)
     ctx = phases.context(s)
     prop = chain.step("propose", phases.propose,
-                      (dparams, s.drafter, ctx, s.keys, s.step), donate=(1,))
+                      (dparams, s.drafter_state, ctx, s.keys, s.step), donate=(1,))
     tree, dstate = (prop, prop) if prop is None or isinstance(prop, _Failed) else prop
     fwd_out = chain.step("tree_forward", phases.tree_forward_phase,
                          (params, tree, s.root, s.cache), donate=(3,))
     tree2, anc, fwd = (fwd_out,) * 3 if fwd_out is None or isinstance(fwd_out, _Failed) else fwd_out
-    part = s._replace(cache=None, drafter=None)
+    part = s._replace(cache=None, drafter_state=None)
     c = chain.step("verify_commit", phases.verify_phase,
                    (part, tree2, anc, _field(fwd, "logits"), _field(fwd, "cache"), stop_ids), donate=(0, 4))
     chain.step("update", phases.update,

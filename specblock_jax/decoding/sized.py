@@ -39,11 +39,11 @@ def settle(loop, state, rows: Sequence[int], tokens: Sequence[Sequence[int]], li
     read) and returns (state, sizes [B] numpy, the loop at the largest size of the `live` rows)."""
     drafter = loop.drafter
     given = drafter.given_sizes(tokens)
-    dstate = state.drafter
+    dstate = state.drafter_state
     if given is not None:
         sizes = drafter.row_sizes(dstate).at[jnp.asarray(list(rows), jnp.int32)].set(jnp.asarray(given, jnp.int32))
         dstate = drafter.with_row_sizes(dstate, sizes)
-        state = state._replace(drafter=dstate)
+        state = state._replace(drafter_state=dstate)
     sizes = np.asarray(drafter.row_sizes(dstate))
     size = int(max(sizes[list(live)])) if len(live) else int(max(sizes))
     return state, sizes, dataclasses.replace(loop, drafter=drafter.at_size(size))

@@ -49,7 +49,7 @@ class SpeculativeState(NamedTuple):
     cache: KVCache  # the target's cache: every committed token but the root
     history: jax.Array  # [B, S] int32 prompt + committed tokens
     hist_len: jax.Array  # [B] int32 valid history entries (the root included)
-    drafter: Any  # the drafter's state (its own NamedTuple)
+    drafter_state: Any  # the drafter's state (its own NamedTuple)
     forwards: jax.Array  # [B] int32 verification forwards while the row was running
     commits: jax.Array  # [B, N + 1] int32: steps the row ran, by the most tokens any row of the batch
     #                     committed in the step (a drafter's update that runs the rows committed
@@ -153,7 +153,8 @@ class SpeculativeLoop:
     def advance(self, state: SpeculativeState, offset: int) -> SpeculativeState:
         """The step profile's mid-decode state (decoding/step_profile.py): the history and the
         drafter state's committed length moved `offset` tokens on, as the cache is."""
-        return state._replace(hist_len=state.hist_len + offset, drafter=advance_state(state.drafter, offset))
+        return state._replace(hist_len=state.hist_len + offset,
+                              drafter_state=advance_state(state.drafter_state, offset))
 
     def tree_forward(self, params, tree: DraftTree, root, cache: KVCache):
         """Step 2: the target forward over the tree with `root` [B] written into node 0, hidden
@@ -217,7 +218,7 @@ class SpeculativeLoop:
         one = jnp.ones((b,), jnp.int32)
         return SpeculativeState(step=one, root=pre.first, generated=one, out=pre.out, done=pre.done,
                                 stopped=pre.stopped, cache=pre.cache, history=history, hist_len=lengths + 1,
-                                drafter=dstate, forwards=jnp.zeros((b,), jnp.int32),
+                                drafter_state=dstate, forwards=jnp.zeros((b,), jnp.int32),
                                 commits=jnp.zeros((b, n + 1), jnp.int32), features=feats,
                                 budgets=inputs.budgets, sampling=inputs.sampling, keys=inputs.keys)
 
@@ -227,7 +228,7 @@ class SpeculativeLoop:
         active = ~s.done
         ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
         key = step_keys(s.keys, s.step)
-        tree, dstate = drafter.propose(drafter_params, s.drafter, ctx, step_keys(key, 1))
+        tree, dstate = drafter.propose(drafter_params, s.drafter_state, ctx, step_keys(key, 1))
         check_tree(tree, s.out.shape[0], drafter.num_nodes, self.cfg.vocab_size,
                    f"{type(drafter).__name__}.propose")
         if self.greedy:  # greedy verification never reads q: let XLA drop whatever built it
@@ -243,7 +244,7 @@ class SpeculativeLoop:
         commits = s.commits + (active[:, None] & (jnp.arange(s.commits.shape[1]) == most)[None])
         return s._replace(step=s.step + active, root=c.result.bonus, generated=c.generated, out=c.out,
                           done=c.done, stopped=c.stopped, cache=c.cache, history=c.history,
-                          hist_len=c.hist_len, drafter=dstate, forwards=s.forwards + active, commits=commits,
+                          hist_len=c.hist_len, drafter_state=dstate, forwards=s.forwards + active, commits=commits,
                           features=feats)
 
     def run(self, params, drafter_params, state: SpeculativeState, stop_ids: jax.Array,

@@ -85,7 +85,7 @@ def _verify(loop: SpeculativeLoop, s: SpeculativeState, tree, anc, logits, cache
 def _verify_part(s: SpeculativeState) -> SpeculativeState:
     """The state without what verification does not read (the cache before the tree forward, the
     drafter state): donated whole, it then hands over only what the loop updates in place."""
-    return s._replace(cache=None, drafter=None)
+    return s._replace(cache=None, drafter_state=None)
 
 
 def _update(loop: SpeculativeLoop, params, state, ctx, result, hidden):
@@ -208,7 +208,7 @@ def _measure(loop: DecodeLoop, params, dparams, inputs: LoopInputs, reps, static
 
     by_greedy = {"verify"}  # phases whose timing depends on greedy
     if set(todo) & set(DRAFT_PHASES + ("tree_forward", "verify")):  # the speculative loop's phases
-        propose_args = (dparams, s.drafter, _context(s), step_keys(s.keys, s.step))
+        propose_args = (dparams, s.drafter_state, _context(s), step_keys(s.keys, s.step))
         shape = jax.eval_shape(lambda *a: _propose(loop, False, *a)[0], *propose_args)
         drop = loop.greedy and shape.draft_probs is not None
         if shape.draft_probs is not None:

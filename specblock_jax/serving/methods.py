@@ -27,13 +27,13 @@ class Method:
     `AutoServe.generate`, else `sbj.generate`."""
 
     name: str
-    drafter: LoadedDrafter | None
+    loaded: LoadedDrafter | None  # the drafter with its weights
     auto: AutoServe | None = None
 
     @property
     def kind(self) -> str:
         """"ar" for target-only decoding, else the drafter's registry kind."""
-        return "ar" if self.drafter is None else self.drafter.drafter.kind
+        return "ar" if self.loaded is None else self.loaded.drafter.kind
 
     def generate(self, target, prompts, *, adapter=None, **settings):
         """One result per prompt; `settings` as `sbj.generate` takes them (sampling,
@@ -42,7 +42,7 @@ class Method:
             if adapter is not None:
                 raise ValueError("auto: serving-time adaptation does not combine with auto serving yet")
             return self.auto.generate(target, prompts, **settings)
-        return generate(target, prompts, self.drafter, adapter=adapter, **settings)
+        return generate(target, prompts, self.loaded, adapter=adapter, **settings)
 
 
 def weightless_kinds() -> tuple[str, ...]:
@@ -86,7 +86,7 @@ def resolve_method(method: str, target, chat: dict | None = None) -> Method:
     check_method(method)
     if method.startswith(AUTO):
         inner = resolve_method(method[len(AUTO):], target, chat=chat)
-        return Method(method, inner.drafter, AutoServe(inner.drafter, budgets=None))
+        return Method(method, inner.loaded, AutoServe(inner.loaded, budgets=None))
     base, overrides = parse_method(method)
     if base == "ar":
         return Method(method, None)
