@@ -21,10 +21,10 @@ PL = sbj.LoadedDrafter(PromptLookup(), ())  # prompt lookup with its (empty) wei
 
 
 def _spy(monkeypatch, auto):
-    """Logs every decode call auto makes: (chunk index, option, each request's budget)."""
+    """Logs every run_requests call auto makes: (chunk index, option, each request's budget)."""
     import specblock_jax.serving.auto as auto_mod
 
-    calls, real = [], auto_mod.decode
+    calls, real = [], auto_mod.run_requests
 
     def spy(target, requests, drafter, options):
         option = "ar" if drafter is None else drafter.drafter.num_nodes
