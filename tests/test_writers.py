@@ -146,3 +146,15 @@ def test_native_drafter_and_target_files_follow_the_umask(shipped, tmp_path, uma
     os.umask(0o077)
     sbj.save_drafter(*drafter, tmp_path / "private")
     assert _mode(tmp_path / "private" / "model.safetensors") == 0o600
+
+
+def test_a_blockpilot_policy_file_follows_the_umask(tmp_path, umask_022):
+    """save_blockpilot writes policy.safetensors itself (not through save_drafter): 0644 as its
+    config.json, not safetensors' 0600."""
+    from specblock_jax.drafters.blockpilot import PolicyConfig, init_policy, save_blockpilot
+
+    policy = PolicyConfig(vocab_size=32, sizes=(4, 8), features="topk", top_k=4, width=8)
+    _, params = init_policy(policy, 0)
+    save_blockpilot(tmp_path / "bp", policy, params, "../dflash")
+    assert {f.name: _mode(f) for f in (tmp_path / "bp").iterdir()} == {"config.json": 0o644,
+                                                                        "policy.safetensors": 0o644}

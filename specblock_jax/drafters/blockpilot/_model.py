@@ -58,6 +58,7 @@ import numpy as np
 from flax import nnx
 from safetensors.numpy import load_file, save_file
 
+from specblock_jax import writing
 from specblock_jax.drafters.dflash._model import DFlashDrafter
 from specblock_jax.drafters.io import fill_params, flatten_params, load_drafter
 
@@ -231,6 +232,7 @@ def save_blockpilot(path: str | os.PathLike, policy: PolicyConfig, policy_params
     (path / "config.json").write_text(json.dumps(meta, indent=2))
     flat = {k: np.asarray(jax.device_get(v), np.float32) for k, v in flatten_params(policy_params).items()}
     save_file(flat, str(path / "policy.safetensors"), metadata={"format": "flax"})
+    writing.follow_umask(path)  # safetensors writes 0600; the configs beside it follow the umask
     return path
 
 
