@@ -462,7 +462,7 @@ def main(argv=None) -> int:
         plan_ = parallel.ShardingPlan(mesh)
         target = target.replace(params=plan_.put(target.params))
         if served.loaded is not None:
-            served = dataclasses.replace(served, drafter=served.loaded._replace(params=plan_.put(served.loaded.params)))
+            served = dataclasses.replace(served, loaded=served.loaded._replace(params=plan_.put(served.loaded.params)))
     todo, new_errors = plan(target, records, errors, done)
     out = jsonl.Appender(args.out)
     for e in new_errors:

@@ -214,3 +214,18 @@ def test_checkpoint_saved_on_4x2_restores_on_8x1_and_1x1(tmp_path):
     resumed, straight = res["resumed_losses"], res["straight_losses"]
     assert len(resumed) == len(straight) == 4
     np.testing.assert_allclose(resumed, straight, rtol=TOL)
+
+
+def test_cli_decodes_a_drafter_method_under_a_one_device_mesh(tmp_path):
+    """--mesh with a drafter method: the CLI lays the drafter's weights out on the mesh (the served
+    method rebuilt with them) and decodes token-identically to the run without a mesh."""
+    from specblock_jax_cli.infer import decode
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"id": "a", "prompt": "def f():"}\n{"id": "b", "prompt": "x = 1"}\n')
+    common = ["--prompts", str(prompts), "--random-target", "--method", "prompt_lookup", "--max-new-tokens", "4"]
+    assert decode.main([*common, "--out", str(tmp_path / "mesh.jsonl"), "--mesh", "data=1"]) == 0
+    assert decode.main([*common, "--out", str(tmp_path / "plain.jsonl")]) == 0
+    rows = [[json.loads(x)["token_ids"] for x in (tmp_path / f).read_text().splitlines()]
+            for f in ("mesh.jsonl", "plain.jsonl")]
+    assert rows[0] == rows[1] and len(rows[0]) == 2
