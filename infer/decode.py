@@ -54,13 +54,13 @@ import jax
 from tqdm import tqdm
 
 import specblock_jax as sbj
-from specblock_jax import checks, jsonl, parallel
+from specblock_jax import checks, jsonl, parallel, writing
 from specblock_jax.prompts import id_key, prompt_ids
 from specblock_jax.serving import methods
 from specblock_jax.training import chat
 
 log = logging.getLogger("specblock-decode")
-CHECKOUT = Path(sbj.__file__).resolve().parents[1]  # the checkout holding the embedded default
+CHECKOUT = writing.ASSETS.parent  # the checkout holding the embedded default (its assets/)
 DEFAULT_TARGET = "assets/target"  # relative to the working folder, else to the checkout
 
 
@@ -196,7 +196,9 @@ def chat_setup(args, target: sbj.Target, conversations: bool):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="specblock-decode", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="specblock-decode", description=__doc__.split("\n\n")[0],
+                                epilog=next(par for par in __doc__.split("\n\n") if par.startswith("Output:")),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompts", type=Path, required=True,
                    help="JSONL with {id, prompt} (or {id, messages}) per line, or a shipped set's name "
                         "(humaneval: assets/prompts/humaneval.jsonl)")
