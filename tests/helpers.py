@@ -64,3 +64,12 @@ def train_on_fixed_batch(task, vocab_size: int, steps: int = 25, mask_last: bool
         params, state, loss, metrics = step(params, state)
         losses.append(float(loss))
     return losses, metrics
+
+
+def run_cli(main, args, capsys) -> tuple[int, str]:
+    """(exit status, stderr stripped) of a command-line `main(args)`, a SystemExit's code included."""
+    try:
+        code = main(args)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr().err.strip()

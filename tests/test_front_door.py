@@ -10,6 +10,7 @@ import math
 import pytest
 
 import specblock_jax as sbj
+from helpers import run_cli
 from specblock_jax_cli.infer import bench, decode
 
 
@@ -77,14 +78,6 @@ def test_a_missing_or_corrupted_drafter_folder_is_named(target, tmp_path):
         sbj.load_drafter(bad, target)
 
 
-def _cli(main, args, capsys) -> tuple[int, str]:
-    try:
-        code = main(args)
-    except SystemExit as e:
-        code = e.code
-    return code, capsys.readouterr().err.strip()
-
-
 @pytest.mark.parametrize("flag, value, message", [
     ("--temperature", "nan", "--temperature: must be a finite number >= 0 (got nan)"),
     ("--temperature", "-1", "--temperature: must be a finite number >= 0 (got -1.0)"),
@@ -95,7 +88,7 @@ def _cli(main, args, capsys) -> tuple[int, str]:
 def test_a_bad_decode_flag_exits_2_with_one_line(tmp_path, capsys, tiny_ckpt, flag, value, message):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "prompt": "x"}) + "\n")
-    code, err = _cli(decode.main, ["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out",
+    code, err = run_cli(decode.main, ["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out",
                                    str(tmp_path / "o.jsonl"), flag, value], capsys)
     assert code == 2 and err.splitlines()[-1] == f"specblock-decode: error: {message}"
     assert not (tmp_path / "o.jsonl").exists()  # refused before anything ran
@@ -105,14 +98,14 @@ def test_missing_paths_exit_2_naming_the_path(tmp_path, capsys, tiny_ckpt):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text(json.dumps({"id": "a", "prompt": "x"}) + "\n")
     out = ["--out", str(tmp_path / "o.jsonl")]
-    code, err = _cli(decode.main, ["--prompts", str(tmp_path / "none.jsonl"), *out], capsys)
+    code, err = run_cli(decode.main, ["--prompts", str(tmp_path / "none.jsonl"), *out], capsys)
     assert code == 2 and f"--prompts: {tmp_path / 'none.jsonl'}: no such prompt file" in err
-    code, err = _cli(decode.main, ["--target", str(tmp_path / "no_target"), "--prompts", str(prompts), *out], capsys)
+    code, err = run_cli(decode.main, ["--target", str(tmp_path / "no_target"), "--prompts", str(prompts), *out], capsys)
     assert code == 2 and f"--target: {tmp_path / 'no_target'}: no such checkpoint folder" in err
-    code, err = _cli(decode.main, ["--target", str(tiny_ckpt), "--prompts", str(prompts), "--method",
+    code, err = run_cli(decode.main, ["--target", str(tiny_ckpt), "--prompts", str(prompts), "--method",
                                    str(tmp_path / "no_drafter"), *out], capsys)
     assert code == 2 and f"{tmp_path / 'no_drafter'}: no such drafter folder" in err
-    code, err = _cli(bench.main, ["--prompts", str(prompts), "--temperatures", "0,nan", "--out-dir",
+    code, err = run_cli(bench.main, ["--prompts", str(prompts), "--temperatures", "0,nan", "--out-dir",
                                   str(tmp_path / "b")], capsys)
     assert code == 2 and err == "specblock-bench: error: --temperatures: must be a finite number >= 0 (got nan)"
 
@@ -122,11 +115,11 @@ def test_record_errors_name_the_field_and_a_job_whose_every_record_failed_exits_
     prompts.write_text("\n".join([json.dumps({"id": "a", "prompt": "x", "temperature": -0.5}),
                                   json.dumps({"id": "b", "prompt": "y", "max_new_tokens": 0})]) + "\n")
     args = ["--target", str(tiny_ckpt), "--prompts", str(prompts), "--out", str(tmp_path / "o.jsonl")]
-    code, err = _cli(decode.main, args, capsys)
+    code, err = run_cli(decode.main, args, capsys)
     rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert [r["error"] for r in rows] == ["temperature: must be a finite number >= 0 (got -0.5)",
                                           "max_new_tokens: must be an integer >= 1 (got 0)"]
     assert code == 1 and "every record failed (2 of 2)" in err
     prompts.write_text(prompts.read_text() + json.dumps({"id": "c", "prompt": "z"}) + "\n")
-    code, err = _cli(decode.main, args + ["--max-new-tokens", "2"], capsys)
+    code, err = run_cli(decode.main, args + ["--max-new-tokens", "2"], capsys)
     assert code == 0  # the job resumed: the good record decoded; the two failures were reported before
