@@ -33,6 +33,11 @@ class DraftTree(NamedTuple):
     # i.i.d. share it), or None for deterministic drafts (top-k, argmax, lookup), treated as
     # one-hot on the node's token by the verifier.
     draft_probs: jax.Array | None = None
+    # [B, N] fp32: the drafter's own estimate that each node is accepted (reached) given the root:
+    # a path product of its draft probabilities (root 1, invalid 0), or None when it has none.
+    # Step sizing (decoding/sizing.py) calibrates it online and prunes the tree by it; it never
+    # affects which tokens verification accepts.
+    scores: jax.Array | None = None
 
 
 def check_tree(tree: DraftTree, batch: int, num_nodes: int, vocab_size: int, where: str) -> None:
@@ -41,6 +46,8 @@ def check_tree(tree: DraftTree, batch: int, num_nodes: int, vocab_size: int, whe
     want = {"tokens": (batch, num_nodes), "parents": (batch, num_nodes), "valid": (batch, num_nodes)}
     if tree.draft_probs is not None:
         want["draft_probs"] = (batch, num_nodes, vocab_size)
+    if tree.scores is not None:
+        want["scores"] = (batch, num_nodes)
     for name, shape in want.items():
         got = tuple(getattr(tree, name).shape)
         if got != shape:
@@ -116,4 +123,7 @@ def select_tree(root: jax.Array, tokens: jax.Array, parents: jax.Array, scores: 
     valid = jnp.concatenate([jnp.ones((b, 1), bool),
                              jnp.isfinite(jnp.take_along_axis(scores, chosen, axis=1)),
                              jnp.zeros((b, pad), bool)], axis=1)
-    return DraftTree(tree_tokens, tree_parents, valid)
+    node_scores = jnp.exp(jnp.take_along_axis(scores, chosen, axis=1)).astype(jnp.float32)
+    tree_scores = jnp.concatenate([jnp.ones((b, 1), jnp.float32), node_scores,
+                                   jnp.zeros((b, pad), jnp.float32)], axis=1)
+    return DraftTree(tree_tokens, tree_parents, valid, scores=tree_scores)
