@@ -22,11 +22,14 @@ entries as the target's KV cache, so `length` equals its length); block K/V are 
 (`block` [B] int32) under the static maximum `block_size`: nodes past a sequence's size are
 invalid and hidden from the block's attention, so a batch mixes sizes without recompiling.
 
-Draft tokens: `draft_mode="greedy"` takes argmax drafts (q one-hot); "sample" samples each offset
-from softmax(logits / draft_temperature) and keeps that q as `draft_probs`, so the engine's
-rejection sampling verifies them losslessly; "auto" (default) drafts greedily until the sequence
-commits a token that is not the target's argmax (which only happens when the loop samples; the
-drafter protocol does not receive the sampling parameters), then samples.
+Draft tokens: `draft_mode="greedy"` takes deterministic drafts (q one-hot): the best prefixes of
+per-offset top-`candidates` tokens, a tree of `num_nodes` nodes (`_tree.py`; candidates 1: today's
+chain of argmax drafts, of block_size nodes). "sample" samples each offset from
+softmax(logits / draft_temperature) and keeps that q as `draft_probs`, a chain the engine's
+rejection sampling verifies losslessly; "auto" (default) drafts deterministically until the
+sequence commits a token that is not the target's argmax (which only happens when the loop
+samples; the drafter protocol does not receive the sampling parameters), then samples.
+`_tree.py` says why both stay exact.
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ from specblock_jax.drafters.common import load_model, target_head
 from specblock_jax.models.config import ModelConfig, RopeConfig
 from specblock_jax.models.attention import attend_heads_first, switch_on_length
 from specblock_jax.models.layers import MLP, RMSNorm, normal_param, apply_rope, rope_cos_sin, write_kv
-from specblock_jax.trees.tree import DraftTree, chain_parents
+from specblock_jax.drafters.dflash._tree import best_prefixes, lattice_size, sampled_chain
+from specblock_jax.trees.tree import DraftTree
 
 DRAFT_MODES = ("auto", "greedy", "sample")
 
@@ -171,8 +175,14 @@ def head_logits(hidden, head):
 class DFlashDrafter:
     """Decoding-side DFlash drafter. params = {"draft", "embed" [V, H], "head" [H, V]}.
 
-    block_size (static): the largest block (root + block_size - 1 drafts) = num_nodes; each
-    sequence drafts with its own size <= block_size (`init_state(..., block=)`, default all).
+    block_size (static): the largest block (root + block_size - 1 offsets drafted by one forward);
+    each sequence drafts with its own size <= block_size (`init_state(..., block=)`, default all).
+    num_nodes, candidates (static): the tree of deterministic drafts, the best num_nodes - 1
+    prefixes of per-offset top-`candidates` tokens (`_tree.py`). candidates 1 is the chain, whose
+    num_nodes is the block size; 0 (default) picks 1 when num_nodes is 0 or the block size (today's
+    chain), else num_nodes - 1 (the best prefixes, unbounded). num_nodes 0 is the block size; it is
+    capped at the prefixes there are. Both are resolved here, so `replace(block_size=)` of a chain
+    stays a chain of the new size.
     """
 
     kind: ClassVar[str] = "dflash"
@@ -181,15 +191,24 @@ class DFlashDrafter:
     block_size: int = 16
     draft_mode: str = "auto"
     draft_temperature: float = 1.0
+    num_nodes: int = 0
+    candidates: int = 0
 
     def __post_init__(self):
         if self.draft_mode not in DRAFT_MODES:
             raise ValueError(f"draft_mode must be one of {DRAFT_MODES}, got {self.draft_mode!r}")
         if self.block_size < 2:
             raise ValueError(f"block_size must be >= 2, got {self.block_size}")
+        if self.num_nodes == 1 or self.num_nodes < 0 or self.candidates < 0:
+            raise ValueError(f"num_nodes must be 0 or >= 2 and candidates >= 0, got {self.num_nodes}, "
+                             f"{self.candidates}")
+        nodes = self.num_nodes or self.block_size
+        c = self.candidates or (1 if nodes == self.block_size else nodes - 1)
+        nodes = self.block_size if c == 1 else 1 + lattice_size(c, self.block_size - 1, nodes - 1)
+        object.__setattr__(self, "num_nodes", nodes)
+        object.__setattr__(self, "candidates", c)
 
-    num_nodes = property(lambda self: self.block_size)
-    max_children = property(lambda self: 1)
+    max_children = property(lambda self: min(self.candidates, self.num_nodes - 1))
     forwards_per_step = property(lambda self: 1)  # one block forward (+ K/V projections in update)
 
     @property
@@ -257,30 +276,26 @@ class DFlashDrafter:
         return head_logits(hidden[:, 1:], params["head"])
 
     def propose(self, params, state, ctx: DraftContext, key):
-        logits = self.draft_logits(params, state, ctx.root)  # [B, N - 1, V]
-        b, n = ctx.root.shape[0], self.block_size
-        v = logits.shape[-1]
-        greedy_tok = jnp.argmax(logits, -1).astype(jnp.int32)
-        valid = jnp.arange(n)[None, :] < state.block[:, None]
+        logits = self.draft_logits(params, state, ctx.root)  # [B, D, V], D = block_size - 1
+        b, v = ctx.root.shape[0], logits.shape[-1]
+        ok = jnp.arange(1, self.block_size)[None, :] < state.block[:, None]  # offsets each row drafts
+        tree = best_prefixes(ctx.root, jax.nn.log_softmax(logits, -1), ok, self.num_nodes, self.candidates)
         if self.draft_mode == "greedy":  # deterministic drafts: q is one-hot (draft_probs None)
-            tokens = jnp.concatenate([ctx.root[:, None], greedy_tok], axis=1)
-            return DraftTree(tokens, chain_parents(b, n), valid), state
+            return tree, state
         sample = state.sampled if self.draft_mode == "auto" else jnp.ones((b,), bool)
+        one_hot = jax.nn.one_hot(tree.tokens, v, dtype=jnp.float32).at[:, 0].set(0.0)
 
-        def sampled(_):
+        def sampled(_):  # rows that sample draft the chain from q; the others keep the tree, one-hot
             scaled = logits / self.draft_temperature
-            drawn = jax.vmap(lambda k, lg: jax.random.categorical(k, lg, axis=-1))(key, scaled)
-            tokens = jnp.where(sample[:, None], drawn, greedy_tok).astype(jnp.int32)
-            return tokens, jnp.where(sample[:, None, None], jax.nn.softmax(scaled, -1),
-                                     jax.nn.one_hot(tokens, v, dtype=jnp.float32))
+            drawn = jax.vmap(lambda k, lg: jax.random.categorical(k, lg, axis=-1))(key, scaled).astype(jnp.int32)
+            chain = sampled_chain(ctx.root, drawn, jax.nn.softmax(scaled, -1), ok, self.num_nodes)
+            pick = lambda x, y: jnp.where(sample.reshape((b,) + (1,) * (x.ndim - 1)), x, y)  # noqa: E731
+            return jax.tree.map(pick, chain, tree._replace(draft_probs=one_hot))
 
-        def greedy(_):  # no row samples (auto mode at T=0): skip the vocabulary-wide draws
-            return greedy_tok, jax.nn.one_hot(greedy_tok, v, dtype=jnp.float32)
+        def deterministic(_):  # no row samples (auto mode at T=0): skip the vocabulary-wide draws
+            return tree._replace(draft_probs=one_hot)
 
-        tokens, probs = jax.lax.cond(jnp.any(sample), sampled, greedy, None)
-        tokens = jnp.concatenate([ctx.root[:, None], tokens], axis=1)
-        probs = jnp.concatenate([jnp.zeros((b, 1, v), jnp.float32), probs], axis=1)
-        return DraftTree(tokens, chain_parents(b, n), valid, probs), state
+        return jax.lax.cond(jnp.any(sample), sampled, deterministic, None), state
 
     def update(self, params, state, ctx: DraftContext, result, hidden):
         """Appends the context K/V of the accepted path (root + accepted drafts)."""
@@ -308,5 +323,12 @@ def load_dflash(path, meta, target, dtype, decoding):
     if target.config.num_layers != config.target_layers:
         raise ValueError(f"{path}: drafter trained for a {config.target_layers}-layer target, the "
                          f"target has {target.config.num_layers}")
-    drafter = DFlashDrafter(config, graphdef, **{**meta["decoding"], **decoding})
+    settings = {**meta["decoding"], **decoding}
+    if "num_nodes" in decoding and "candidates" not in decoding:  # a new budget: candidates follow it
+        settings["candidates"] = 0
+    drafter = DFlashDrafter(config, graphdef, **settings)
+    asked = decoding.get("num_nodes") or drafter.num_nodes  # saved settings may follow a new block_size
+    if asked != drafter.num_nodes:
+        raise ValueError(f"{path}: num_nodes={asked}: {drafter.candidates} candidates per offset over a block of "
+                         f"{drafter.block_size} make {drafter.num_nodes} nodes (candidates=1 is the chain)")
     return drafter, {**params, "head": target_head(target)}
