@@ -23,6 +23,8 @@ class RandomTreeDrafter:
     keep_prob: float = 0.85
     hidden_ids: tuple[int, ...] = ()
     per_row_keys: bool = False  # each row's tree from its own key (independent of the batch)
+    sizing: str = "fixed"  # the whole tree every step (step sizing's tests set "auto": tests/test_sizing.py)
+    scored: bool = False  # give DraftTree.scores: path products of q of each node's token (stochastic)
 
     forwards_per_step = property(lambda self: 0)  # no network forwards
 
@@ -51,8 +53,13 @@ class RandomTreeDrafter:
 
         row_keys = key if self.per_row_keys else jax.random.split(key[0], b)
         tokens, parents, raw, probs = jax.vmap(one)(row_keys, ctx.root)
-        valid = jnp.all(~ancestor_mask(parents) | raw[:, None, :], axis=-1)
-        tree = DraftTree(tokens, parents, valid, probs if self.stochastic else None)
+        anc = ancestor_mask(parents)
+        valid = jnp.all(~anc | raw[:, None, :], axis=-1)
+        scores = None
+        if self.scored:  # the product over the node and its ancestors of q(token)
+            q_tok = jnp.take_along_axis(probs, tokens[:, :, None], axis=2)[:, :, 0].at[:, 0].set(1.0)
+            scores = jnp.exp(jnp.sum(jnp.where(anc, jnp.log(jnp.maximum(q_tok, 1e-30))[:, None, :], 0.0), -1))
+        tree = DraftTree(tokens, parents, valid, probs if self.stochastic else None, scores)
         return tree, state
 
     def update(self, params, state, ctx, result, hidden):

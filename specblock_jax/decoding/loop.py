@@ -22,21 +22,27 @@ import jax.numpy as jnp
 
 from specblock_jax.decoding.autoregressive import TargetLoop
 from specblock_jax.decoding.loop_core import LoopInputs, LoopOutput
+from specblock_jax.decoding.sized import is_sized
+from specblock_jax.decoding.sizing import size_menu
 from specblock_jax.decoding.speculative import SpeculativeLoop
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.kv_cache import cache_length
 
 DecodeLoop = TargetLoop | SpeculativeLoop
+SIZINGS = ("auto", "fixed")
 
 
 def make_loop(*, graphdef: Any, cfg: ModelConfig, drafter: Any = None, max_new: int, cache_len: int | None = None,
               prompt_len: int | None = None, greedy: bool = False, collect: bool = False,
-              hist_size: int = 0, stream: bool = False) -> DecodeLoop:
+              hist_size: int = 0, stream: bool = False, sizing: str | None = None) -> DecodeLoop:
     """A `SpeculativeLoop` with a drafter, else a `TargetLoop` (which reads neither greedy nor
     hist_size: its rows sample at their own temperatures, so equal loops stay equal). The cache
     holds `cache_len` slots, or, given the prompt bucket `prompt_len` instead, room for it, max_new
     and a tree (models/kv_cache.py `cache_length`). A continuous-batching `stream`'s history is as
     wide as its prompt bucket's (prompt_len + max_new + N), so rows from shorter buckets fit.
+    `sizing` ("auto" or "fixed"; None: the drafter's own `sizing` setting, else "auto"): whether
+    each step chooses how much of the tree to verify (decoding/sizing.py; the loop's step costs
+    are attached apart, decoding/step_costs.py) or always verifies N nodes.
     This is the one place that tells target-only
     decoding from speculation: past it, callers use the loop's own methods."""
     if (cache_len is None) == (prompt_len is None):
@@ -52,8 +58,13 @@ def make_loop(*, graphdef: Any, cfg: ModelConfig, drafter: Any = None, max_new: 
         if collect:
             raise ValueError("collect needs a drafter (target-only decoding has no features)")
         return TargetLoop(graphdef=graphdef, cfg=cfg, cache_len=cache_len, max_new=max_new)
+    sizing = sizing or getattr(drafter, "sizing", "auto")
+    if sizing not in SIZINGS:
+        raise ValueError(f"sizing must be one of {SIZINGS}, got {sizing!r}")
+    # a drafter whose rows choose their size at the prefill (BlockPilot) keeps its own sizes
+    sizes = size_menu(nodes) if sizing == "auto" and nodes > 1 and not is_sized(drafter) else ()
     return SpeculativeLoop(graphdef=graphdef, cfg=cfg, drafter=drafter, cache_len=cache_len, max_new=max_new,
-                           greedy=greedy, collect=collect, hist_size=hist_size)
+                           greedy=greedy, collect=collect, hist_size=hist_size, sizes=sizes)
 
 
 def decode_loop(loop: DecodeLoop, params, drafter_params, inputs: LoopInputs) -> LoopOutput:

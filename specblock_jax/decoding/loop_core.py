@@ -4,7 +4,7 @@ token (`prefill`), the per-step PRNG keys and the while loop itself (`until_done
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,6 +41,7 @@ class LoopOutput(NamedTuple):
     stopped: jax.Array  # [B] bool: the row ended on a stop token
     forwards: jax.Array  # [B] int32 decoding forwards of the target per row (the prefill excluded)
     commits: jax.Array | None = None  # [B, N + 1] the speculative loop's steps by the batch's most committed
+    sizing: Any = None  # with step sizing: a SizingTally of [B, ...] counts (decoding/sizing.py)
     # with the speculative loop's `collect`: the adapter's free labels (see adaptation/buffer.py)
     history: jax.Array | None = None  # [B, S] prompt + committed tokens
     hist_len: jax.Array | None = None  # [B] valid history entries

@@ -30,6 +30,7 @@ from specblock_jax.decoding.loop import DecodeLoop
 from specblock_jax.decoding.loop_core import LoopInputs
 from specblock_jax.decoding.sampling import SamplingParams
 from specblock_jax.decoding.sized import settle
+from specblock_jax.decoding.sizing import sizing_rows
 from specblock_jax.models.kv_cache import KVCache
 
 
@@ -97,6 +98,7 @@ class Finished(NamedTuple):
     segment_steps: int  # decoding steps the segment ran
     block_size: int | None = None  # a sized drafter's choice for it (decoding/sized.py)
     commits: np.ndarray | None = None  # [N + 1] its steps by the batch's most committed (speculative loop)
+    sizing: dict | None = None  # step sizing's tally of the row (GenerationStats.sizing)
 
 
 def one_more_step(state):
@@ -176,10 +178,11 @@ class Stream:
             forwards = np.asarray(loop.forwards(state))[free]
             commits = loop.commits(state)
             commits = None if commits is None else np.asarray(commits)[free]
+            tallies = sizing_rows(loop, getattr(state, "tally", None), free)
             finished = [Finished(holder[r].index, out[j, :generated[j]].tolist(), bool(stopped[j]),
                                  int(forwards[j]), self.segments, wall, compile_s, steps,
                                  None if sizes is None else int(sizes[r]),
-                                 None if commits is None else commits[j])
+                                 None if commits is None else commits[j], tallies[j])
                         for j, r in enumerate(free)]
             on_finished(finished, state, free)
             self.segments += 1

@@ -40,12 +40,16 @@ class GenerationStats:
     # speculative decoding: commit_hist[c] = decoding steps this row ran in which the most tokens any
     # row of its batch committed was c (what a row-switched update such as SpecBlock's runs at)
     commit_hist: list[int] | None = None
+    # step sizing (decoding/sizing.py): {"sizes": the menu, "chosen": steps at each size,
+    # "accepted": steps by the row's accepted draft tokens (0..N), "predicted": the expected
+    # committed tokens of the chosen sizes summed (its committed tokens are sum((a + 1) x accepted[a]))}
+    sizing: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (without `adapt`, `step_profile`, `auto`, `block_size` or `commit_hist`
-        when they are None)."""
+        """A JSON-ready dict (without `adapt`, `step_profile`, `auto`, `block_size`, `commit_hist` or
+        `sizing` when they are None)."""
         out = dataclasses.asdict(self)
-        for name in ("adapt", "step_profile", "auto", "block_size", "commit_hist"):
+        for name in ("adapt", "step_profile", "auto", "block_size", "commit_hist", "sizing"):
             if out[name] is None:
                 del out[name]
         return out

@@ -24,6 +24,8 @@ from specblock_jax.decoding.loop_core import LoopInputs, LoopOutput
 from specblock_jax.decoding.refill import Finished, Stream, one_more_step, pack_rows, pow2_at_least
 from specblock_jax.decoding.results import GenerationResult, GenerationStats
 from specblock_jax.decoding.sized import settle
+from specblock_jax.decoding.sizing import sizing_rows
+from specblock_jax.decoding.step_costs import attach_costs
 from specblock_jax.decoding.step_profile import draft_seconds_per_step, step_profile
 from specblock_jax.drafters.base import DecodeAdapter, LoadedDrafter, conform
 from specblock_jax.models.kv_cache import length_bucket
@@ -94,6 +96,7 @@ def _decode_batches(target, requests, d, dparams, settings, bsz, adapter, on_bat
         loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=d, prompt_len=bucket, max_new=max_new,
                          greedy=greedy, collect=adapter is not None)
         loop_dparams = adapter.params if adapter is not None else dparams
+        loop = attach_costs(loop, params, loop_dparams, inputs)  # step sizing's cost model (measured once)
         sizes = None
         if layout is None and loop.sized:  # the prefill apart: its rows' sizes pick the loop (decoding/sized.py)
             ran, sizes, loop, compile_s, wall = _start_then_finish(loop, params, loop_dparams, inputs, rows)
@@ -128,13 +131,14 @@ def _decode_batches(target, requests, d, dparams, settings, bsz, adapter, on_bat
                 tokens=int(sum(host.generated[:real]) - real), forwards=int(sum(host.forwards[:real])),
                 decode_s=wall, budget=sum(requests[i].budget for i in chunk),
                 remaining_budget=sum(requests[i].budget for i in held(order[start + bsz:], 0, settings.queue)))
+        tallies = sizing_rows(loop, host.sizing, range(len(chunk)))
         for r, i in enumerate(chunk):
             new = host.tokens[r, :host.generated[r]].tolist()
             stats = row_stats(prompt_tokens=len(requests[i].tokens), new=new, forwards=int(host.forwards[r]),
                               stopped=bool(host.stopped[r]), draft_call_s=call_s, wall=wall, compile_s=compile_s,
                               batch_size=bsz, batch=start // bsz, event=event, batch_steps=int(np.max(host.forwards)),
                               block_size=None if sizes is None else int(sizes[r]),
-                              commits=None if host.commits is None else host.commits[r])
+                              commits=None if host.commits is None else host.commits[r], sizing=tallies[r])
             results[i] = _result(target, new, stats, prof, settings.profile, i)
         if on_batch is not None:
             on_batch([results[i] for i in chunk])
@@ -168,7 +172,9 @@ def _decode_stream(target, requests, d, dparams, settings, bsz, adapter, on_batc
                     stop_ids=_stop_array(settings), base_key=jax.random.key(settings.seed), bucket=length_bucket,
                     wake_rows=settings.refill_rows)
     queue = sorted(requests, key=lambda r: (-r.budget, len(r.tokens)))  # longest budget first
-    call_s, prof = _profile(target, loop, dparams, adapter, stream.inputs(queue[:bsz], bsz), settings.profile)
+    first = stream.inputs(queue[:bsz], bsz)
+    loop = stream.loop = attach_costs(loop, target.params, adapter.params if adapter is not None else dparams, first)
+    call_s, prof = _profile(target, loop, dparams, adapter, first, settings.profile)
     results: list[GenerationResult | None] = [None] * len(requests)
     unfinished = {r.index for r in requests}
 
@@ -191,7 +197,8 @@ def _decode_stream(target, requests, d, dparams, settings, bsz, adapter, on_batc
             stats = row_stats(prompt_tokens=len(requests[f.index].tokens), new=f.tokens, forwards=f.forwards,
                               stopped=f.stopped, draft_call_s=call_s, wall=f.segment_wall_s,
                               compile_s=f.segment_compile_s, batch_size=bsz, batch=f.segment, event=event,
-                              batch_steps=f.segment_steps, block_size=f.block_size, commits=f.commits)
+                              batch_steps=f.segment_steps, block_size=f.block_size, commits=f.commits,
+                              sizing=f.sizing)
             results[f.index] = _result(target, f.tokens, stats, prof, settings.profile, f.index)
         if on_batch is not None and finished:
             on_batch([results[f.index] for f in finished])
@@ -223,7 +230,8 @@ def _profile(target, loop: DecodeLoop, dparams, adapter, inputs: LoopInputs, pro
 
 def row_stats(*, prompt_tokens: int, new: list[int], forwards: int, stopped: bool, draft_call_s: float | None,
               wall: float, compile_s: float, batch_size: int, batch: int, event: dict | None,
-              batch_steps: int, block_size: int | None = None, commits=None) -> GenerationStats:
+              batch_steps: int, block_size: int | None = None, commits=None,
+              sizing: dict | None = None) -> GenerationStats:
     """One row's statistics. tau: tokens committed per decoding forward, bonus included (the
     prefill's token is not counted, nor is its forward); exactly 1 for autoregressive decoding.
     batch_steps: decoding steps its batch (or segment) ran. commits: the speculative loop's [N + 1]
@@ -234,4 +242,4 @@ def row_stats(*, prompt_tokens: int, new: list[int], forwards: int, stopped: boo
         draft_time_s=None if draft_call_s is None else forwards * draft_call_s, total_time_s=wall,
         compile_s=compile_s, batch_size=batch_size, batch=batch, adapt=event,
         batch_draft_time_s=None if draft_call_s is None else batch_steps * draft_call_s, batch_steps=batch_steps,
-        block_size=block_size, commit_hist=None if commits is None else [int(x) for x in commits])
+        block_size=block_size, commit_hist=None if commits is None else [int(x) for x in commits], sizing=sizing)

@@ -28,6 +28,9 @@ from specblock_jax.decoding.autoregressive import TargetState
 from specblock_jax.decoding.loop_core import LoopInputs, LoopOutput, prefill, step_keys, until_done
 from specblock_jax.decoding.sampling import SamplingParams, sampling_logprobs
 from specblock_jax.decoding.sized import is_sized
+from specblock_jax.decoding.sizing import (Calibration, SizingTally, calibrated, choose,
+                                           expected_tokens, prune, raw_scores, recalibrate, root_only, skip_draft,
+                                           to_full)
 from specblock_jax.drafters.base import DraftContext, Prefill, advance_state
 from specblock_jax.models.config import ModelConfig
 from specblock_jax.models.kv_cache import KVCache
@@ -58,6 +61,10 @@ class SpeculativeState(NamedTuple):
     budgets: jax.Array  # [B] int32 new-token limits
     sampling: SamplingParams  # [B] per-row settings
     keys: jax.Array  # [B] PRNG keys, one per request
+    # step sizing (decoding/sizing.py), None with fixed sizes:
+    calibration: Calibration | None = None  # the acceptance estimate's per-depth calibration
+    tally: SizingTally | None = None  # chosen sizes, accepted drafts, expected tokens
+    force: jax.Array | None = None  # [B] int32 a menu index the batch must run (max over rows), -1: choose
 
 
 def write_rows(buf: jax.Array, rows: jax.Array, starts: jax.Array) -> jax.Array:
@@ -104,6 +111,12 @@ class SpeculativeLoop:
     hist_size: int = 0
     """S, the history's width: 0 = P + max_new + N of the rows started; a continuous-batching
     stream sets its prompt bucket's, so rows from shorter buckets fit."""
+    sizes: tuple[int, ...] = ()
+    """Step sizing's menu of node counts (decoding/sizing.py; 0 = no draft: a one-token step), or ()
+    for fixed trees of N nodes."""
+    step_ms: tuple[float, ...] = ()
+    """The step-cost model: ms of one step at each size of the menu (decoding/step_costs.py);
+    () until measured or priced (then every size counts the same: the largest is chosen)."""
 
     draft_phases: ClassVar[tuple[str, ...]] = ("propose", "update")  # the step profile's drafting phases
     profile_phases: ClassVar[tuple[str, ...]] = ("propose", "update", "tree_forward", "verify", "forward_1")
@@ -216,36 +229,106 @@ class SpeculativeLoop:
             feats = jnp.zeros((b, hist_size + n) + pre.hidden.shape[2:], pre.hidden.dtype)
             feats = feats.at[:, :p].set(pre.hidden)
         one = jnp.ones((b,), jnp.int32)
+        sizing = {}
+        if self.sizes:
+            sizing = dict(calibration=Calibration.zeros(b, n - 1), tally=SizingTally.zeros(b, len(self.sizes), n),
+                          force=jnp.full((b,), -1, jnp.int32))
         return SpeculativeState(step=one, root=pre.first, generated=one, out=pre.out, done=pre.done,
                                 stopped=pre.stopped, cache=pre.cache, history=history, hist_len=lengths + 1,
                                 drafter_state=dstate, forwards=jnp.zeros((b,), jnp.int32),
                                 commits=jnp.zeros((b, n + 1), jnp.int32), features=feats,
-                                budgets=inputs.budgets, sampling=inputs.sampling, keys=inputs.keys)
+                                budgets=inputs.budgets, sampling=inputs.sampling, keys=inputs.keys, **sizing)
 
     def step(self, params, drafter_params, s: SpeculativeState, stop_ids) -> SpeculativeState:
-        """One decoding step: propose, the tree forward, verify and commit, update."""
+        """One decoding step: propose, the tree forward (at the size step sizing chooses, with
+        `sizes`), verify and commit, update."""
         drafter = self.drafter
         active = ~s.done
         ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
         key = step_keys(s.keys, s.step)
-        tree, dstate = drafter.propose(drafter_params, s.drafter_state, ctx, step_keys(key, 1))
-        check_tree(tree, s.out.shape[0], drafter.num_nodes, self.cfg.vocab_size,
-                   f"{type(drafter).__name__}.propose")
-        if self.greedy:  # greedy verification never reads q: let XLA drop whatever built it
-            tree = tree._replace(draft_probs=None)
-        tree, anc, fwd = self.tree_forward(params, tree, s.root, s.cache)
-        c = self.verify_commit(s, tree, anc, fwd.logits, fwd.cache, stop_ids, key)
+        def propose():
+            tree, dstate = drafter.propose(drafter_params, s.drafter_state, ctx, step_keys(key, 1))
+            check_tree(tree, s.out.shape[0], drafter.num_nodes, self.cfg.vocab_size,
+                       f"{type(drafter).__name__}.propose")
+            if self.greedy:  # greedy verification never reads q: let XLA drop whatever built it
+                tree = tree._replace(draft_probs=None)
+            return tree, dstate
+
+        sizing = {}
+        if self.sizes:  # step sizing: a step may skip drafting (size 0), then verify a chosen size
+            skip = skip_draft(s.calibration, active, self.costs(), float(self.num_nodes))
+            force = jnp.max(s.force)
+            skip = jnp.where(force >= 0, force == 0, skip)
+            tree, dstate = jax.lax.cond(skip, lambda: (root_only(jax.eval_shape(propose)[0], s.root), s.drafter_state),
+                                        propose)
+            c, hidden, sizing = self.sized_verify(params, s, tree, stop_ids, key, skip)
+        else:
+            tree, dstate = propose()
+            tree, anc, fwd = self.tree_forward(params, tree, s.root, s.cache)
+            c, hidden = self.verify_commit(s, tree, anc, fwd.logits, fwd.cache, stop_ids, key), fwd.hidden
         feats = s.features
         if self.collect:  # the accepted path's hidden states, at the root's history position onward
-            path_hidden = jnp.take_along_axis(fwd.hidden, c.result.path[:, :, None, None], axis=1)
+            path_hidden = jnp.take_along_axis(hidden, c.result.path[:, :, None, None], axis=1)
             feats = write_rows(feats, path_hidden, jnp.where(active, s.hist_len - 1, s.history.shape[1]))
-        dstate = constrain_drafter_state(drafter.update(drafter_params, dstate, c.ctx, c.result, fwd.hidden))
+        dstate = constrain_drafter_state(drafter.update(drafter_params, dstate, c.ctx, c.result, hidden))
         most = jnp.max(jnp.where(active, c.cache.lengths - s.cache.lengths, 0))  # over the whole batch
         commits = s.commits + (active[:, None] & (jnp.arange(s.commits.shape[1]) == most)[None])
         return s._replace(step=s.step + active, root=c.result.bonus, generated=c.generated, out=c.out,
                           done=c.done, stopped=c.stopped, cache=c.cache, history=c.history,
                           hist_len=c.hist_len, drafter_state=dstate, forwards=s.forwards + active, commits=commits,
-                          features=feats)
+                          features=feats, **sizing)
+
+    def costs(self) -> jax.Array:
+        """[M] ms of a step at each menu size (1 each until measured: the largest useful size wins)."""
+        return jnp.asarray(self.step_ms or (1.0,) * len(self.sizes), jnp.float32)
+
+    def sized_verify(self, params, s: SpeculativeState, tree: DraftTree, stop_ids, key, skipped):
+        """The tree forward, verification and commit at the size step sizing chooses
+        (decoding/sizing.py): one `lax.switch` branch per menu size, each pruning the tree to its
+        best nodes (size 0 when the step `skipped` drafting). Returns (the commit, with the
+        result's path in the full tree's node indices and padded to N; the forward's hidden
+        states [B, N, n, H] at those indices (zeros at nodes not verified), or None; the state's
+        new sizing fields)."""
+        b, n = tree.tokens.shape
+        active = ~s.done
+        anc = ancestor_mask(tree.parents)
+        dep = depths(anc)
+        raw = raw_scores(tree)
+        p = calibrated(raw, dep, anc, s.calibration)
+        expected = expected_tokens(p, self.sizes)  # [B, M]
+        step_ms = self.costs()
+        chosen = choose(expected, active, step_ms)
+        force = jnp.max(s.force)
+        chosen = jnp.where(force >= 0, jnp.minimum(force, len(self.sizes) - 1), chosen)
+        chosen = jnp.where(skipped, 0, chosen)
+
+        def at_size(k):
+            def run():
+                sub, sel = prune(tree, p, k)
+                sub, sub_anc, fwd = self.tree_forward(params, sub, s.root, s.cache)
+                c = self.verify_commit(s, sub, sub_anc, fwd.logits, fwd.cache, stop_ids, key)
+                res = c.result
+                pad = ((0, 0), (0, n - sel.shape[1]))
+                path = jnp.pad(jnp.take_along_axis(sel, res.path, axis=1), pad)
+                new = jnp.pad(res.new_tokens, pad, constant_values=-1)
+                c = c._replace(result=res._replace(path=path, new_tokens=new))
+                hidden = None if fwd.hidden is None else to_full(fwd.hidden, sel, n, 0)
+                return c, hidden, to_full(sub.valid, sel, n, False)
+            return run
+
+        c, hidden, verified = jax.lax.switch(chosen, [at_size(k) for k in self.sizes])
+        res = c.result
+        on_path = jnp.arange(n)[None, :] <= res.num_accepted[:, None]
+        accepted = jnp.zeros((b, n), bool).at[jnp.arange(b)[:, None], res.path].max(on_path)
+        t = s.tally
+        pick = active[:, None] & (jnp.arange(len(self.sizes)) == chosen)[None]
+        tally = SizingTally(
+            chosen=t.chosen + pick,
+            accepted=t.accepted + (active[:, None] & (jnp.arange(n + 1)[None] == res.num_accepted[:, None])),
+            predicted=t.predicted + jnp.where(active, jnp.sum(jnp.where(pick, expected, 0.0), axis=1), 0.0))
+        calibration = recalibrate(s.calibration, raw, dep, verified, accepted, active, ~skipped,
+                                  res.num_accepted + 1, step_ms[chosen])
+        return c, hidden, dict(calibration=calibration, tally=tally)
 
     def run(self, params, drafter_params, state: SpeculativeState, stop_ids: jax.Array,
             wake: jax.Array) -> SpeculativeState:
@@ -257,7 +340,7 @@ class SpeculativeLoop:
         [B] and features [B, S, n, H] (the target's hidden states at `drafter.hidden_ids` for
         history positions < hist_len - 1)."""
         out = LoopOutput(tokens=state.out, generated=state.generated, stopped=state.stopped,
-                         forwards=self.forwards(state), commits=self.commits(state))
+                         forwards=self.forwards(state), commits=self.commits(state), sizing=state.tally)
         if state.features is not None:
             return out._replace(history=state.history, hist_len=state.hist_len,
                                 features=state.features[:, :state.history.shape[1]])
