@@ -120,15 +120,18 @@ def _decode(loop: DecodeLoop, params, drafter_params, variant, inputs: LoopInput
 
 
 def sample_rows(target, drafter, drafter_params, prompt, *, draws, max_new, seed, variant=0,
-                temperature=1.0, top_k=0, top_p=1.0):
+                temperature=1.0, top_k=0, top_p=1.0, step_ms=None):
     """`draws` independent sampled continuations of `prompt`, one PRNG key per row from `seed`
     (the same draws for every variant): by the speculative loop verified by VARIANTS[variant], or
     target-only when drafter is None. Returns tokens [draws, max_new] and each row's decoding
     forwards [draws]. One compile per (drafter, draws, max_new, prompt length) serves every variant
-    and sampling setting."""
+    and sampling setting. step_ms: step sizing's cost per menu size (default: none, so every
+    step verifies the largest useful size)."""
     nodes = 0 if drafter is None else drafter.num_nodes
     loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
                      cache_len=len(prompt) + max_new + nodes, max_new=max_new)
+    if step_ms is not None:
+        loop = dataclasses.replace(loop, step_ms=tuple(step_ms))
     inputs = LoopInputs(jnp.broadcast_to(jnp.asarray(prompt, jnp.int32), (draws, len(prompt))),
                         jnp.full((draws,), len(prompt), jnp.int32), jnp.full((draws,), max_new, jnp.int32),
                         SamplingParams.make(draws, temperature, top_k, top_p), jnp.full((8,), -1, jnp.int32),
