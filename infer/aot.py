@@ -46,8 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "for SpecBlock")
     ap.add_argument("--accounting", choices=("unrolled", "multiplied", "memory"), default="unrolled",
                     help="how the target's layer loop is counted (docs/tpu_aot.md)")
-    ap.add_argument("--attention", choices=("full", "bucketed"), default="full",
-                    help="the target's cache attention priced (docs/tpu_aot.md)")
+    ap.add_argument("--attention", choices=("cascade", "full", "bucketed"), default="cascade",
+                    help="the target's cache attention priced: cascade (the TPU kernels; the default), "
+                         "full (dense over the whole cache: the reference) or bucketed (docs/tpu_aot.md)")
     ap.add_argument("--dtype", default=None, help="override the target's dtype (presets: bfloat16)")
     ap.add_argument("--out", type=Path, required=True, help="the JSON to write")
     return ap.parse_args(argv)

@@ -12,6 +12,11 @@ A record (a plain dict, JSON-ready) per phase:
     compile_s        wall seconds of lowering + compiling on this machine (all compiles of the phase)
     layer_loop       how the target's layer loop was counted (price.py): "multiplied" or "unrolled"
     memory           argument / output / temp / alias bytes per device
+    kernels          the Pallas kernels in the program (models/kernel_cost.py): per kernel its
+                     calls, per-call flops and bytes, and how its cost entered the figures:
+                     "CostEstimate" (the kernel states one; the compiler's cost analysis counts
+                     it) or "analytic" (the compiler sees no FLOPs inside it: calls x its
+                     analytic cost are added to flops, bytes_accessed and optimal_seconds)
 A compile the compiler refuses for lack of memory is a record with fits false, the error, and
 `device_bytes` read from the compiler's message when it states them.
 """
@@ -27,6 +32,8 @@ from typing import Any, Callable, Sequence
 import jax
 
 from specblock_jax.aot.presets import for_layers
+from specblock_jax.aot.topology import Chip
+from specblock_jax.models import kernel_cost
 from specblock_jax.models.config import ModelConfig
 
 COST_KEYS = ("optimal_seconds", "flops", "bytes_accessed")
@@ -35,7 +42,7 @@ _XLA_KEYS = {"optimal_seconds": "optimal_seconds", "flops": "flops", "bytes_acce
 
 def lower_compile(fn: Callable, static: tuple, args: Sequence[Any], donate: Sequence[int] = ()):
     """jax.jit(fn) with the leading `static` arguments static, lowered on `args` (ShapeDtypeStructs
-    with shardings) and compiled: (compiled, seconds)."""
+    with shardings) and compiled: (compiled, seconds, kernels) with kernels its `kernel_calls`."""
     t0 = time.perf_counter()
     n = len(static)
     jitted = jax.jit(fn, static_argnums=tuple(range(n)), donate_argnums=tuple(n + i for i in donate))
@@ -44,10 +51,58 @@ def lower_compile(fn: Callable, static: tuple, args: Sequence[Any], donate: Sequ
     enabled = jax.config.jax_enable_compilation_cache
     jax.config.update("jax_enable_compilation_cache", False)
     try:
-        compiled = jitted.lower(*static, *args).compile()
+        with kernel_cost.collect() as log:
+            compiled = jitted.lower(*static, *args).compile()
     finally:
         jax.config.update("jax_enable_compilation_cache", enabled)
-    return compiled, time.perf_counter() - t0
+    return compiled, time.perf_counter() - t0, kernel_calls(compiled.as_text(), log)
+
+
+def _instructions(hlo: str) -> list[str]:
+    """An HLO module's text split into instructions (a custom call's config spans lines)."""
+    out: list[str] = []
+    for line in hlo.splitlines():
+        if _INSTRUCTION.match(line) or not out:
+            out.append(line)
+        else:
+            out[-1] += "\n" + line
+    return out
+
+
+_INSTRUCTION = re.compile(r"^\s*(ROOT )?%\S+ = ")
+
+
+def kernel_calls(hlo: str, log: dict) -> list[dict]:
+    """Each traced kernel of `log` ({scope tag: KernelCost}) with its number of custom calls in
+    the compiled `hlo` (an unrolled layer loop repeats one traced call)."""
+    calls = [i for i in _instructions(hlo) if "custom-call(" in i]
+    out = []
+    for tag, c in log.items():
+        n = sum(f"/{tag}/" in i for i in calls)
+        if n:
+            out.append({"name": c.name, "calls": n, "flops": c.flops, "bytes_accessed": c.bytes_accessed,
+                        "source": c.source})
+    return out
+
+
+def with_kernels(c: dict[str, float], kernels: list[dict], chip: Chip) -> dict[str, float]:
+    """Costs `c` (`costs`) plus calls x the analytic cost of each kernel the compiler cannot see
+    into, its time by the chip's roofline (max of FLOPs at peak and bytes at HBM bandwidth)."""
+    out = dict(c)
+    for k in kernels:
+        if k["source"] != "analytic":
+            continue
+        out["flops"] += k["calls"] * k["flops"]
+        out["bytes_accessed"] += k["calls"] * k["bytes_accessed"]
+        seconds = max(k["flops"] / (chip.bf16_tflops * 1e12), k["bytes_accessed"] / (chip.hbm_gbps * 1e9))
+        if out["optimal_seconds"] >= 0:
+            out["optimal_seconds"] += k["calls"] * seconds
+    return out
+
+
+def kernel_label(kernels: list[dict]) -> str:
+    """"-" or e.g. "splash_causal x36 analytic; cache_prefix x36 CostEstimate"."""
+    return "; ".join(f"{k['name']} x{k['calls']} {k['source']}" for k in kernels) or "-"
 
 
 def costs(compiled) -> dict[str, float]:
@@ -113,13 +168,14 @@ def failed(error: BaseException, hbm_bytes: int, compile_s: float) -> dict:
 
 
 def record(compiled, cost: dict[str, float | None] | None, hbm_bytes: int, compile_s: float,
-           layer_loop: str) -> dict:
-    """A compiled phase's record (cost None: its cut compiles failed, costs unknown)."""
+           layer_loop: str, kernels: list[dict] = ()) -> dict:
+    """A compiled phase's record (cost None: its cut compiles failed, costs unknown); kernels:
+    the L-layer program's `kernel_calls`."""
     mem = memory(compiled)
     cost = cost or {k: None for k in COST_KEYS}
     return {"compiled": True, **cost, "device_bytes": mem["device_bytes"], "hbm_bytes": hbm_bytes,
             "fits": mem["device_bytes"] <= hbm_bytes, "compile_s": round(compile_s, 2),
-            "layer_loop": layer_loop, "memory": mem}
+            "layer_loop": layer_loop, "memory": mem, "kernels": list(kernels)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from specblock_jax.aot import cost, phases
 from specblock_jax.aot.presets import load_target_config, released_drafter
 from specblock_jax.aot.train import price_train_step
-from specblock_jax.aot.topology import get_topology, topology_mesh
+from specblock_jax.aot.topology import Chip, get_topology, topology_mesh
 from specblock_jax.models.kv_cache import cache_length
 from specblock_jax.decoding.loop import DecodeLoop, make_loop
 from specblock_jax.drafters.common import forced_row_bucket
@@ -83,8 +83,8 @@ def outputs(compiled) -> Any:
 
 @dataclasses.dataclass
 class _Chain:
-    """Compiles the phases of one variant in loop order; `done[name]` = (compiled, seconds) or
-    a _Failed."""
+    """Compiles the phases of one variant in loop order; `done[name]` = (compiled, seconds,
+    kernels) or a _Failed."""
     variant: cost.Variant
     plan: ShardingPlan
     cache_len: int
@@ -110,11 +110,11 @@ class _Chain:
             return self.done[name]
         t0 = time.perf_counter()
         try:
-            compiled, seconds = cost.lower_compile(fn, (self.loop(target_only), self.plan), args, donate)
+            compiled, seconds, kernels = cost.lower_compile(fn, (self.loop(target_only), self.plan), args, donate)
         except Exception as e:  # noqa: BLE001 - recorded, never raised past the phase
             self.done[name] = _Failed(e, time.perf_counter() - t0)
             return self.done[name]
-        self.done[name] = (compiled, seconds)
+        self.done[name] = (compiled, seconds, kernels)
         return outputs(compiled)
 
 
@@ -124,7 +124,7 @@ def _field(value, attr):
 
 def run_chain(variant: cost.Variant, plan: ShardingPlan, batch: int, context: int, max_new: int,
               cache_len: int, dparams, wanted: set) -> dict:
-    """Compiles the decode phases `wanted` of `variant`: {phase: (compiled, seconds) | _Failed}."""
+    """Compiles the decode phases `wanted` of `variant`: {phase: (compiled, seconds, kernels) | _Failed}."""
     chain = _Chain(variant, plan, cache_len, max_new, wanted)
     _, params = abstract_target(variant.cfg)
     params = phases.with_shardings(params, plan.param_shardings(params))
@@ -156,35 +156,35 @@ def run_chain(variant: cost.Variant, plan: ShardingPlan, batch: int, context: in
     return chain.done
 
 
-def combine(main: dict, cut: list[dict], layers: int, hbm_bytes: int, accounting: str) -> dict:
+def combine(main: dict, cut: list[dict], layers: int, chip: Chip, accounting: str) -> dict:
     """Phase records: memory and fits from the L-layer chain `main`, costs from it ("unrolled")
-    or from the 1- and 2-layer chains `cut` ("multiplied")."""
+    or from the cut chains `cut` ("multiplied"), each with its kernels' costs (`cost.with_kernels`)."""
     records = {}
     for name, got in main.items():
         cut_got = [c.get(name) for c in cut]
         if isinstance(got, _Failed):
-            records[name] = cost.failed(got.error, hbm_bytes, got.seconds)
+            records[name] = cost.failed(got.error, chip.hbm_bytes, got.seconds)
             continue
-        compiled, seconds = got
+        compiled, seconds, kernels = got
         if accounting == "memory":
             priced, loop = None, "not priced"
         elif not cut:
-            priced, loop = cost.checked(cost.costs(compiled)), "unrolled"
+            priced, loop = cost.checked(cost.with_kernels(cost.costs(compiled), kernels, chip)), "unrolled"
         elif any(not isinstance(c, tuple) for c in cut_got):
-            records[name] = cost.record(compiled, None, hbm_bytes, seconds, "failed")
+            records[name] = cost.record(compiled, None, chip.hbm_bytes, seconds, "failed", kernels)
             continue
         else:
-            c1, c2 = (cost.costs(c[0]) for c in cut_got)
+            c1, c2 = (cost.with_kernels(cost.costs(c[0]), c[2], chip) for c in cut_got)
             priced, loop = cost.multiplied(c1, c2, layers), "multiplied"
             seconds += sum(c[1] for c in cut_got)
-        records[name] = cost.record(compiled, priced, hbm_bytes, seconds, loop)
+        records[name] = cost.record(compiled, priced, chip.hbm_bytes, seconds, loop, kernels)
     return records
 
 
 def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh: str | None = None,
                  batch: int = 1, context: int = 2048, nodes: int | None = None, block: int | None = None,
                  *, train: bool = False, train_batch: int = 8, train_seq: int = 2048, max_new: int = 256,
-                 accounting: str = "unrolled", attention: str = "full", dtype: str | None = None,
+                 accounting: str = "unrolled", attention: str = "cascade", dtype: str | None = None,
                  phases_wanted: tuple[str, ...] | None = None, train_settings: dict | None = None,
                  row_bucket: int | None = None) -> dict:
     """Prices decoding method `method` for target `target_cfg` on TPU topology `topology`.
@@ -199,8 +199,9 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
     train_seq tokens, the frozen target's features included) under the training plan.
     accounting: "unrolled" or "multiplied" (module docstring), or "memory" (the rolled
     executable only: compiled, memory and fits, no costs). attention: the target's cache
-    attention, "full" (over the whole cache: what the "bucketed" path costs at its largest
-    bucket, and one attention to compile per layer instead of one per bucket) or "bucketed".
+    attention (models/attention.py), "cascade" (what runs on TPU: the Pallas kernels, each one's
+    cost added where the compiler cannot see it, cost.py), "full" (dense over the whole cache, the
+    reference and the tables' path before issue 66) or "bucketed" (on TPU the same as cascade).
     phases_wanted: compile only these phases (and those whose outputs they read); None = all.
     train_settings: training-config keys of the drafter's kind over the released shape's
     (`train.task_settings`), e.g. {"remat_attention": True} for SpecBlock.
@@ -234,7 +235,7 @@ def price_method(target_cfg: str | ModelConfig, method: str, topology: str, mesh
         done = [run_chain(v, plan, batch, context, max_new, cache_len, dparams, wanted) for v in [main, *cut]]
     if row_bucket is not None:
         jax.clear_caches()
-    records = combine(done[0], done[1:], cfg.num_layers, topo.chip.hbm_bytes, accounting)
+    records = combine(done[0], done[1:], cfg.num_layers, topo.chip, accounting)
     if train or (phases_wanted and "train_step" in phases_wanted):
         records["train_step"] = price_train_step(cfg, drafter, topo, mesh, train_batch, train_seq, accounting,
                                                     train_settings)

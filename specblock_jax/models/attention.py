@@ -12,8 +12,21 @@ whole cache once the sequence fills half of it: a bucket copies its prefix, whic
 below S). `switch_on_length` is the
 same dispatch for any computation over a cache prefix (DFlash concatenates its block's keys).
 
-The interface is `(q, k_cache, v_cache, mask, kv_len)`; an accelerator kernel that reads only the
-live slots (Pallas ragged / paged attention) can replace the bucketed dense path behind it.
+The target's cache attention is `attend_cache`: the new tokens' mask [B, T, T] and the committed
+lengths [B] describe what a query sees, and the backend chooses how:
+- "dense": one softmax over a [B, T, S] mask built from them (`cache_mask`), over a length bucket
+  of the cache ("bucketed") or all of it ("full", the reference). On CPU "bucketed" keeps this
+  path while T x S <= DENSE_MAX (decoding and prompts of the embedded target: its tokens stay
+  bit-identical to the dense path's).
+- "cascade" (FlashInfer's name): the committed slots under a length mask only (TPU: the Pallas
+  kernel of models/tpu_attention.py; elsewhere key blocks with an online softmax, reading the
+  blocks below the longest row only) plus the new tokens under the [T, T] mask, merged by
+  log-sum-exp (models/online_softmax.py). No [B, T, S] mask and no [B, N, T, S] scores exist.
+  A forward of at least PREFILL_ROWS tokens on an empty cache under a causal mask (the prompt's
+  prefill) runs a causal kernel instead: splash attention on TPU, `jax.nn.dot_product_attention`
+  on GPU (chosen at run time by `lax.cond`; any other such forward takes the blockwise cascade).
+A row that sees no key yields a uniform average on the dense path and 0 on the others; no caller
+reads it.
 """
 
 from __future__ import annotations
@@ -24,7 +37,13 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
+from specblock_jax.models import online_softmax, tpu_attention
+from specblock_jax.models.kv_cache import cache_mask
+from specblock_jax.parallel.activation import active_plan
+
 MIN_BUCKET = 64
+DENSE_MAX = 1 << 20  # on CPU, "bucketed" attends densely while T x S stays at most this
+PREFILL_ROWS = 1024  # forwards this long on an empty cache try the causal prefill kernel
 
 
 def attend(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -110,3 +129,66 @@ def attend_heads_first(q, kt, vt, mask):
     scores = jnp.where(mask[:, None, None, :, :], scores, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(vt.dtype)
     return jnp.einsum("bkgts,bksd->btkgd", probs, vt).reshape(b, t, n, d)
+
+
+def platform() -> str:
+    """The platform being compiled for: the active plan's devices (aot: a TPU topology from this
+    CPU), else JAX's default backend."""
+    plan = active_plan()
+    return plan.mesh.devices.flat[0].platform if plan is not None else jax.default_backend()
+
+
+def cache_path(mode: str, t: int, s: int) -> str:
+    """"dense" or "cascade" for a forward of T new tokens over S cache slots; mode is
+    `ModelConfig.attention` ("bucketed", "full" or "cascade")."""
+    if mode == "full" or (mode == "bucketed" and platform() == "cpu" and t * s <= DENSE_MAX):
+        return "dense"
+    return "cascade"
+
+
+def prompt_kernel(mode: str, t: int, head_dim: int, slots: int) -> bool:
+    """Whether a forward of T new tokens over S cache slots tries the causal prompt kernel (on TPU
+    or GPU, T >= PREFILL_ROWS; `apply` then chooses it at run time where `is_prompt`)."""
+    plat = platform()
+    if mode == "full" or t < PREFILL_ROWS or plat not in ("tpu", "gpu"):
+        return False
+    return plat == "gpu" or tpu_attention.supported(head_dim, slots)
+
+
+def is_prompt(mask: jax.Array, lengths: jax.Array) -> jax.Array:
+    """[] bool: the cache is empty (lengths [B] all 0) and mask [B, T, T] is causal."""
+    t = mask.shape[-1]
+    return (jnp.max(lengths) == 0) & jnp.all(mask == jnp.tril(jnp.ones((t, t), bool)))
+
+
+def attend_cache(q: jax.Array, k_new: jax.Array, v_new: jax.Array, mask: jax.Array | None, k_cache: jax.Array,
+                 v_cache: jax.Array, layer: jax.Array, lengths: jax.Array, mode: str) -> jax.Array:
+    """The target's attention over layer `layer` [] int32 of its stacked cache k/v [L, B, K, S, D],
+    which already holds the new K/V k_new/v_new [B, T, K, D] at slots lengths[b] .. + T - 1.
+
+    q [B, T, N, D]; mask [B, T, T] among the new tokens, or None for a prompt (`is_prompt`: causal,
+    the cache empty); lengths [B] committed slots (all visible to every query). -> [B, T, N, D] in
+    q's dtype. Equal, to fp32 rounding, to `attend` under `cache_mask(mask, lengths, S)` (module
+    docstring: which path, and rows that see nothing).
+    """
+    if mask is None:
+        if platform() == "tpu":
+            return tpu_attention.causal_prefill(q, k_new, v_new)
+        return jax.nn.dot_product_attention(q, k_new, v_new, is_causal=True)
+    t, s = q.shape[1], k_cache.shape[3]
+    if cache_path(mode, t, s) == "dense":
+        kv_len = jnp.max(lengths) + t if mode == "bucketed" else None
+        return attend_stacked(q, k_cache, v_cache, layer, cache_mask(mask, lengths, s), kv_len)
+    # the TPU kernel for the committed part, except in a prompt-sized forward: there it sits in
+    # the branch a prompt does not take, yet aot adds kernel costs per call in the program
+    kernel = platform() == "tpu" and tpu_attention.supported(q.shape[-1], s) and t < PREFILL_ROWS
+
+    def rows(q, mask):
+        if kernel:
+            committed = tpu_attention.prefix_attention(q, k_cache, v_cache, layer, lengths)
+        else:
+            committed = online_softmax.attend_prefix_blocks(q, k_cache, v_cache, lengths, layer)
+        new = online_softmax.attend_masked_blocks(q, k_new, v_new, mask)
+        return online_softmax.merge(committed, new).astype(q.dtype)
+
+    return online_softmax.by_query_chunks(rows, q, mask)

@@ -16,7 +16,7 @@ MODEL_TYPES = {"qwen3": "qwen3", "llama": "llama"}
 _FAMILY_TO_ARCH = {v: k for k, v in ARCHITECTURES.items()}
 
 DTYPES = ("float32", "bfloat16")
-ATTENTION = ("bucketed", "full")
+ATTENTION = ("bucketed", "full", "cascade")  # models/attention.py
 
 
 class UnsupportedModelError(ValueError):

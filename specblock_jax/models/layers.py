@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specblock_jax.models.attention import attend, attend_prefix, attend_stacked
+from specblock_jax.models.attention import attend, attend_cache, attend_prefix
 from specblock_jax.models.config import ModelConfig, RopeConfig
 
 _INIT_STD = 0.02  # HF initializer_range
@@ -123,14 +123,16 @@ class Attention(nnx.Module):
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, dtype)
         self.bias = cfg.attention_bias
         self.qk_norm = cfg.qk_norm
+        self.cache_attention = cfg.attention
 
     def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None, query_rows=None):
-        """x [B, T, H]; mask [B, T, S] over the cache (S slots) or [B, T, T] without one.
+        """x [B, T, H]; mask [B, T, S] over a heads-first cache (S slots), else [B, T, T] among
+        the new tokens (with a stacked cache every slot < starts[b] is visible as well).
 
         kv_cache: (k, v) each heads-first [B, K, S, D], or stacked [L, B, K, S, D] with this layer's
-        index `layer` [] int32, or None; the new K/V are written at starts [B].
-        kv_len [] int32 or None: no query sees a cache slot >= kv_len (attention then costs what
-        the sequence is long, models/attention.py). query_rows [B, Q] int32 or None: the K/V of
+        index `layer` [] int32 (attended by `attend_cache`), or None; the new K/V are written at
+        starts [B]. kv_len [] int32 or None (heads-first cache): no query sees a cache slot >=
+        kv_len (attention then costs what the sequence is long, models/attention.py). query_rows [B, Q] int32 or None: the K/V of
         all T rows are computed (and written) as without it, but only rows query_rows[b] query
         (x, cos, sin and mask rows taken there). Returns (out [B, T or Q, H], updated (k, v) or None).
         """
@@ -143,7 +145,7 @@ class Attention(nnx.Module):
             if layer is None:
                 att = attend_prefix(q, kv_cache[0], kv_cache[1], mask, kv_len)
             else:
-                att = attend_stacked(q, kv_cache[0], kv_cache[1], layer, mask, kv_len)
+                att = attend_cache(q, k, v, mask, kv_cache[0], kv_cache[1], layer, starts, self.cache_attention)
         else:
             att = attend(q, k, v, mask)
         return self.output(att), kv_cache

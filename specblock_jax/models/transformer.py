@@ -20,8 +20,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from specblock_jax.models.attention import is_prompt, prompt_kernel
 from specblock_jax.models.config import ModelConfig
-from specblock_jax.models.kv_cache import KVCache, cache_mask
+from specblock_jax.models.kv_cache import KVCache
 from specblock_jax.models.layers import DecoderLayer, RMSNorm, normal_param, rope_cos_sin
 
 
@@ -66,31 +67,37 @@ class Transformer(nnx.Module):
             raise ValueError(f"hidden_ids {bad} outside [0, {cfg.num_layers}] (HF hidden_states indexing)")
         x = jnp.take(self.embed_tokens[...], tokens, axis=0)
         cos, sin = rope_cos_sin(positions, cfg.rope, cfg.head_dim, x.dtype)
-        kv_len = None
-        if cache is not None:
-            full_mask, starts = cache_mask(mask, cache.lengths, cache.max_len), cache.lengths
-            if cfg.attention == "bucketed":  # no query sees past the longest row's new tokens
-                kv_len = jnp.max(cache.lengths) + tokens.shape[1]
-        else:
-            full_mask, starts = mask, None
+        starts = None if cache is None else cache.lengths  # the cache part: models/attention.py
         taps = tuple(i for i in hidden_ids if i < cfg.num_layers)  # layer inputs to keep
         tap_ids = jnp.asarray(taps, jnp.int32)
         layer_def, layer_params = nnx.split(self.layers)
 
-        def body(carry, xs):
-            x, kv, kept = carry
-            params, i = xs
-            layer = nnx.merge(layer_def, params)
-            if taps:  # kept[j] = the input of layer taps[j]
-                kept = jnp.where((tap_ids == i)[:, None, None, None], x[None], kept)
-            x, kv = layer(x, cos, sin, full_mask, kv, starts, kv_len, None if kv is None else i)
-            return (x, kv, kept), None
+        def layers(carry, layer_mask):
+            def body(carry, xs):
+                x, kv, kept = carry
+                params, i = xs
+                layer = nnx.merge(layer_def, params)
+                if taps:  # kept[j] = the input of layer taps[j]
+                    kept = jnp.where((tap_ids == i)[:, None, None, None], x[None], kept)
+                x, kv = layer(x, cos, sin, layer_mask, kv, starts, None, None if kv is None else i)
+                return (x, kv, kept), None
+
+            index = jnp.arange(cfg.num_layers, dtype=jnp.int32)
+            unroll = min(cfg.scan_unroll if cache is None else cfg.cache_scan_unroll, cfg.num_layers)
+            return jax.lax.scan(body, carry, (layer_params, index), unroll=unroll)[0]
 
         kv = None if cache is None else (cache.k, cache.v)
         kept = jnp.zeros((len(taps),) + x.shape, x.dtype) if taps else None
-        index = jnp.arange(cfg.num_layers, dtype=jnp.int32)
-        unroll = min(cfg.scan_unroll if cache is None else cfg.cache_scan_unroll, cfg.num_layers)
-        (x, kv, kept), _ = jax.lax.scan(body, (x, kv, kept), (layer_params, index), unroll=unroll)
+        carry = (x, kv, kept)
+        if cache is not None and prompt_kernel(cfg.attention, tokens.shape[1], cfg.head_dim, cache.max_len):
+            # a prompt on an empty cache runs the causal kernel (mask None) in every layer. The
+            # barrier keeps XLA from moving the mask's making into the other branch, whose operands
+            # would then be its [B, T, T] int32 iotas (4 GB each at 32k) instead of one bool mask
+            mask = jax.lax.optimization_barrier(mask)
+            x, kv, kept = jax.lax.cond(is_prompt(mask, cache.lengths), lambda c: layers(c, None),
+                                       lambda c: layers(c, mask), carry)
+        else:
+            x, kv, kept = layers(carry, mask)
         x = self.norm(x)
         hidden = {i: kept[j] for j, i in enumerate(taps)}  # HF hidden_states index -> [B, T, H]
         if cfg.num_layers in hidden_ids:
@@ -124,8 +131,9 @@ def apply(
 
     tokens, positions [B, T] int32 (positions are RoPE positions; with a cache the tokens occupy
     slots lengths[b] .. lengths[b] + T - 1 whatever their positions, so tree nodes can share a
-    depth). mask [B, T, T] among the new tokens (see `causal_mask`); with a cache it is combined
-    with the committed prefix (`cache_mask`). hidden_ids index HF's `hidden_states`: i < L is the
+    depth). mask [B, T, T] among the new tokens (see `causal_mask`); with a cache every query also
+    sees the committed slots < lengths[b] (`models.attention.attend_cache`, as `cache_mask`).
+    hidden_ids index HF's `hidden_states`: i < L is the
     input of layer i (0 = embeddings), L is the final normed hidden. Keep `hidden_ids`,
     `compute_logits` static under jit.
     """

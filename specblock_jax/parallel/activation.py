@@ -31,6 +31,11 @@ def use_plan(plan: ShardingPlan | None) -> Iterator[ShardingPlan | None]:
         _ACTIVE.reset(token)
 
 
+def active_plan() -> ShardingPlan | None:
+    """The plan active while tracing (None: the single-device default)."""
+    return _ACTIVE.get()
+
+
 def constrain(x: jax.Array, logical: Sequence[str | None]) -> jax.Array:
     """x laid out by logical axes under the active plan (unchanged without one)."""
     plan = _ACTIVE.get()
