@@ -21,6 +21,7 @@ import pytest
 
 from specblock_jax import _quiet, aot
 from specblock_jax.aot import cost, report, topology
+from specblock_jax.models import kernel_cost
 from specblock_jax.models.config import ModelConfig, RopeConfig, tiny
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import init_target
@@ -301,3 +302,42 @@ def test_forced_row_bucket_traces_one_branch_of_the_update_switch():
         forced = update(count)
     assert "cond" not in jaxpr
     assert float(forced) == float(update(count)) == 6.0  # 0 + 1 + 2 + 3
+
+
+def test_kernel_calls_are_counted_in_the_hlo_and_analytic_costs_added():
+    """Each tagged kernel's custom calls are counted across multi-line instructions; analytic
+    kernels add calls x their cost, a CostEstimate kernel adds nothing (the compiler counts it)."""
+    hlo = ('%a = f32[8]{0} custom-call(%p), custom_call_target="tpu_custom_call", backend_config={\n'
+           '"x": 1}, metadata={op_name="jit(f)/sbj_kernel_splash_causal_0/pallas_call"}\n'
+           '%b = f32[8]{0} custom-call(%a), metadata={op_name="jit(f)/sbj_kernel_splash_causal_0/pallas_call"}\n'
+           '%c = f32[8]{0} add(%b, %b), metadata={op_name="jit(f)/sbj_kernel_splash_causal_0/add"}\n'
+           '%d = f32[8]{0} custom-call(%c), metadata={op_name="jit(f)/sbj_kernel_cache_prefix_1/pallas_call"}\n')
+    log = {"sbj_kernel_splash_causal_0": kernel_cost.KernelCost("splash_causal", 459e12, 0.0, 0.0, "analytic"),
+           "sbj_kernel_cache_prefix_1": kernel_cost.KernelCost("cache_prefix", 1e12, 1e9, 0.0, "CostEstimate"),
+           "sbj_kernel_unused_2": kernel_cost.KernelCost("unused", 1.0, 1.0, 0.0, "analytic")}
+    calls = cost.kernel_calls(hlo, log)
+    assert [(k["name"], k["calls"]) for k in calls] == [("splash_causal", 2), ("cache_prefix", 1)]
+    base = {"optimal_seconds": 0.001, "flops": 1e9, "bytes_accessed": 1e6}
+    out = cost.with_kernels(base, calls, topology.CHIPS["v5p"])
+    assert out["flops"] == 1e9 + 2 * 459e12 and out["bytes_accessed"] == 1e6
+    assert out["optimal_seconds"] == pytest.approx(0.001 + 2.0)  # 1 s of FLOPs at v5p's peak, per call
+    assert cost.kernel_label(calls) == "splash_causal x2 analytic; cache_prefix x1 CostEstimate"
+
+
+@needs_libtpu
+def test_pallas_attention_compiles_for_tpu_and_a_step_costs_at_least_its_kernels():
+    """Cascade attention on v5e:2x2: the prompt runs splash attention and the one-token step the
+    committed-prefix kernel, one call per layer each; the priced phase's FLOPs and roofline time
+    are at least the kernels' arithmetic at peak (the compiler alone sees no FLOPs in splash)."""
+    cfg = _small(2).replace(max_position_embeddings=4096)
+    out = aot.price_method(cfg, "ar", "v5e:2x2", batch=2, context=1024, max_new=64, attention="cascade",
+                           phases_wanted=("prefill", "target_step"))
+    peak = topology.CHIPS["v5e"].bf16_tflops * 1e12
+    for phase, name, source in (("prefill", "splash_causal", "analytic"), ("target_step", "cache_prefix", "CostEstimate")):
+        rec = out["phases"][phase]
+        assert rec["compiled"] and rec["fits"], rec.get("error")
+        (kernel,) = [k for k in rec["kernels"] if k["name"] == name]
+        assert kernel["calls"] == 2 and kernel["source"] == source
+        work = kernel["calls"] * kernel["flops"]
+        assert rec["flops"] >= work > 0
+        assert report.roofline_seconds(rec, "v5e") >= work / peak

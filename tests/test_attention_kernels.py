@@ -108,7 +108,8 @@ def test_splash_causal_prefill_in_interpret_mode_equals_dense():
 def test_cpu_keeps_the_dense_path_for_small_shapes_only():
     assert jax.default_backend() == "cpu"
     assert cache_path("bucketed", 16, 1024) == "dense" and cache_path("bucketed", 512, 2048) == "dense"
-    assert cache_path("bucketed", 1024, 2048) == "cascade" and cache_path("cascade", 1, 64) == "cascade"
+    assert cache_path("bucketed", 1024, 2048) == "dense" and cache_path("bucketed", 2048, 2048) == "cascade"
+    assert cache_path("cascade", 1, 64) == "cascade"
     assert cache_path("full", 4096, 8192) == "dense"
     assert not attention.prompt_kernel("bucketed", 4096, 128, 8192)  # no prompt kernel on CPU
     assert attention.is_prompt(causal_mask(2, 4), jnp.zeros(2, jnp.int32))

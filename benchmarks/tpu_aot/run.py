@@ -4,7 +4,8 @@ topologies on this CPU with `specblock_jax.aot`, priced by the TPU compiler's co
     python benchmarks/tpu_aot/run.py [--only phases|compile|train] [--out benchmarks/tpu_aot/results.json]
 
 Rows are written to the JSON after each one (a rerun skips rows already there: resumable) and
-results.md is rebuilt from it with `--table`. Nothing here runs on a TPU: every number is the
+results.md is rebuilt from it with `--table`. Issue 66's attention before / after (attention.md)
+has its own rows: `python benchmarks/tpu_aot/attention.py` (tables by attention_tables.py). Nothing here runs on a TPU: every number is the
 compiler's estimate (docs/tpu_aot.md).
 """
 

@@ -42,7 +42,7 @@ from specblock_jax.models.kv_cache import cache_mask
 from specblock_jax.parallel.activation import active_plan
 
 MIN_BUCKET = 64
-DENSE_MAX = 1 << 20  # on CPU, "bucketed" attends densely while T x S stays at most this
+DENSE_MAX = 1 << 21  # on CPU, "bucketed" attends densely while T x S stays at most this
 PREFILL_ROWS = 1024  # forwards this long on an empty cache try the causal prefill kernel
 
 
