@@ -111,7 +111,7 @@ def test_cpu_keeps_the_dense_path_for_small_shapes_only():
     assert cache_path("bucketed", 1024, 2048) == "dense" and cache_path("bucketed", 2048, 2048) == "cascade"
     assert cache_path("cascade", 1, 64) == "cascade"
     assert cache_path("full", 4096, 8192) == "dense"
-    assert not attention.prompt_kernel("bucketed", 4096, 128, 8192)  # no prompt kernel on CPU
+    assert not attention.prompt_kernel("bucketed", 4096, 128, 8192, jnp.bfloat16)  # none on CPU
     assert attention.is_prompt(causal_mask(2, 4), jnp.zeros(2, jnp.int32))
     assert not attention.is_prompt(causal_mask(2, 4), jnp.asarray([0, 1]))
     assert not attention.is_prompt(jnp.ones((2, 4, 4), bool), jnp.zeros(2, jnp.int32))

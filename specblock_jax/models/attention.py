@@ -23,8 +23,10 @@ lengths [B] describe what a query sees, and the backend chooses how:
   blocks below the longest row only) plus the new tokens under the [T, T] mask, merged by
   log-sum-exp (models/online_softmax.py). No [B, T, S] mask and no [B, N, T, S] scores exist.
   A forward of at least PREFILL_ROWS tokens on an empty cache under a causal mask (the prompt's
-  prefill) runs a causal kernel instead: splash attention on TPU, `jax.nn.dot_product_attention`
-  on GPU (chosen at run time by `lax.cond`; any other such forward takes the blockwise cascade).
+  prefill, `is_prompt`) runs a causal kernel instead: splash attention on TPU,
+  `jax.nn.dot_product_attention` on GPU (`apply` chooses at run time, one `lax.cond` around its
+  layer loop; any other such forward takes the blockwise cascade, its queries in chunks).
+"cascade" is also a setting of its own: the cascade path whatever the platform and sizes.
 A row that sees no key yields a uniform average on the dense path and 0 on the others; no caller
 reads it.
 """
@@ -146,13 +148,16 @@ def cache_path(mode: str, t: int, s: int) -> str:
     return "cascade"
 
 
-def prompt_kernel(mode: str, t: int, head_dim: int, slots: int) -> bool:
-    """Whether a forward of T new tokens over S cache slots tries the causal prompt kernel (on TPU
-    or GPU, T >= PREFILL_ROWS; `apply` then chooses it at run time where `is_prompt`)."""
+def prompt_kernel(mode: str, t: int, head_dim: int, slots: int, dtype) -> bool:
+    """Whether a forward of T new tokens over S cache slots in `dtype` tries the causal prompt
+    kernel (T >= PREFILL_ROWS; on GPU in 16-bit dtypes, which cuDNN's flash attention takes: in
+    fp32 `dot_product_attention` would build the scores; `apply` chooses it where `is_prompt`)."""
     plat = platform()
-    if mode == "full" or t < PREFILL_ROWS or plat not in ("tpu", "gpu"):
+    if mode == "full" or t < PREFILL_ROWS:
         return False
-    return plat == "gpu" or tpu_attention.supported(head_dim, slots)
+    if plat == "gpu":
+        return jnp.dtype(dtype).itemsize == 2
+    return plat == "tpu" and tpu_attention.supported(head_dim, slots)
 
 
 def is_prompt(mask: jax.Array, lengths: jax.Array) -> jax.Array:
@@ -174,7 +179,7 @@ def attend_cache(q: jax.Array, k_new: jax.Array, v_new: jax.Array, mask: jax.Arr
     if mask is None:
         if platform() == "tpu":
             return tpu_attention.causal_prefill(q, k_new, v_new)
-        return jax.nn.dot_product_attention(q, k_new, v_new, is_causal=True)
+        return jax.nn.dot_product_attention(q, k_new, v_new, is_causal=True, implementation="cudnn")
     t, s = q.shape[1], k_cache.shape[3]
     if cache_path(mode, t, s) == "dense":
         kv_len = jnp.max(lengths) + t if mode == "bucketed" else None

@@ -38,7 +38,8 @@ class Target:
 
     def with_attention(self, attention: str) -> "Target":
         """The same weights with another cache-attention path: "bucketed" (the default; its cost
-        follows the sequence length) or "full" (always the whole static cache), models/attention.py."""
+        follows the sequence length), "full" (always the whole static cache) or "cascade" (the
+        committed prefix and the new tokens apart, merged by log-sum-exp), models/attention.py."""
         cfg = self.config.replace(attention=attention)
         return self.replace(config=cfg, graphdef=abstract_target(cfg)[0])
 

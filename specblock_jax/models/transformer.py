@@ -89,7 +89,7 @@ class Transformer(nnx.Module):
         kv = None if cache is None else (cache.k, cache.v)
         kept = jnp.zeros((len(taps),) + x.shape, x.dtype) if taps else None
         carry = (x, kv, kept)
-        if cache is not None and prompt_kernel(cfg.attention, tokens.shape[1], cfg.head_dim, cache.max_len):
+        if cache is not None and prompt_kernel(cfg.attention, tokens.shape[1], cfg.head_dim, cache.max_len, x.dtype):
             # a prompt on an empty cache runs the causal kernel (mask None) in every layer. The
             # barrier keeps XLA from moving the mask's making into the other branch, whose operands
             # would then be its [B, T, T] int32 iotas (4 GB each at 32k) instead of one bool mask
