@@ -5,6 +5,10 @@
   layers.N.self_attn.{q,k,v,o}_proj.weight, {q,k}_norm.weight, layers.N.mlp.*, norm.weight (no
   embedding or head: the target's); config.json "DFlashDraftModel" with block_size and
   dflash_config {mask_token_id, target_layer_ids} (decoder-layer outputs: our feature layers - 1).
+
+The draft tree's settings (`_tree.py`) ride in dflash_config as "tree": {"num_nodes", "candidates"}
+(z-lab's loader reads only its own keys); a folder without them drafts the chain. Our own settings
+entry (`hf_format.NATIVE`), when present, holds them too and wins.
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ def hf_config(drafter, max_positions: int, dtype: str, chat: dict | None = None)
             **hf_format.layer_fields(c, max_positions), "num_hidden_layers": c.num_layers,
             "block_size": c.block_size, "num_target_layers": c.target_layers,
             "dflash_config": {"mask_token_id": c.mask_token_id,
-                              "target_layer_ids": [i - 1 for i in c.feature_layers]},
+                              "target_layer_ids": [i - 1 for i in c.feature_layers],
+                              "tree": {"num_nodes": drafter.num_nodes, "candidates": drafter.candidates}},
             hf_format.NATIVE: hf_format.our_entry(drafter, chat)}
 
 
@@ -79,9 +84,14 @@ def import_meta(path: Path, hf: dict, tc) -> dict[str, Any]:
     if not ids or max(ids) > tc.num_layers or min(ids) < 1:
         hf_format.fail(path, "dflash_config.target_layer_ids", f"{dc.get('target_layer_ids')} do not name "
                                                                f"layers of the {tc.num_layers}-layer target")
+    tree = dc.get("tree") or {}
+    for key, low in (("num_nodes", 2), ("candidates", 1)):
+        if key in tree and (not isinstance(tree[key], int) or tree[key] < low):
+            hf_format.fail(path, f"dflash_config.tree.{key}", f"{tree[key]!r}: expected an integer >= {low}")
     config.update(num_layers=hf["num_hidden_layers"], feature_layers=ids, target_layers=tc.num_layers,
                   block_size=block, mask_token_id=mask)
-    return hf_format.our_meta(path, hf, KIND, FORMAT, config, {"block_size": block})
+    decoding = {"block_size": block, **{k: tree[k] for k in ("num_nodes", "candidates") if k in tree}}
+    return hf_format.our_meta(path, hf, KIND, FORMAT, config, decoding)
 
 
 def read_weights(path: Path, meta: dict, config, target) -> tuple[dict, Any]:
