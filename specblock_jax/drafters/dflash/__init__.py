@@ -1,7 +1,8 @@
 """DFlash-style block-diffusion drafter: one forward drafts a block of B - 1 tokens from
 [last token, MASK x (B - 1)] with the target's context features injected as keys and values.
 
-The kind "dflash": `_model.py` (model, decoding drafter, loader), `_train.py` (training task and
+The kind "dflash": `_model.py` (model, decoding drafter, loader), `_tree.py` (draft trees from one
+forward: the best prefixes of per-offset top-k tokens, `:num_nodes=N`), `_train.py` (training task and
 adaptation objective), `_formats.py` (z-lab's released layout "dflash"), `_aot.py` (the released
 drafter, for ahead-of-time pricing)."""
 
