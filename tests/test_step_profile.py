@@ -71,7 +71,7 @@ def test_the_drafter_state_is_advanced_to_mid_decode(target, eagle3):
     drafter, params = eagle3
     tokens, lengths = _batch()
     args = (target.params, params, sp.default_inputs(tokens, lengths, max_new=12))
-    s = sp._compiled(sp._setup, (_spec(target, drafter, 12),), *args)(*args)
+    s = sp._compiled(sp.mid_decode_state, (_spec(target, drafter, 12),), *args)(*args)
     assert s.cache.lengths.tolist() == [11, 9] and s.drafter_state.length.tolist() == [11, 9]
     assert s.hist_len.tolist() == [12, 10] and sp._context(s).cache_len.tolist() == [11, 9]
     assert s.history[0, :6].tolist() == [1, 2, 3, 4, 5, int(s.root[0])]  # prompt, then the first token

@@ -31,6 +31,7 @@ import numpy as np
 from specblock_jax.decoding.compiled import cached_count, compiled, default_cache_dir, release
 from specblock_jax.decoding.loop_core import LoopInputs
 from specblock_jax.decoding.speculative import SpeculativeLoop
+from specblock_jax.decoding.step_profile import mid_decode_state
 
 ROUNDS = 5  # interleaved rounds over the sizes
 REPS = 3  # timed calls per size and round
@@ -106,12 +107,10 @@ def _step(loop, params, dparams, state, stop_ids):
 
 def measure(loop: SpeculativeLoop, params, drafter_params, inputs: LoopInputs) -> list[float]:
     """[M] median ms of the loop's step at each menu size (module docstring)."""
-    from specblock_jax.decoding.step_profile import _setup  # the profile's mid-decode state
-
     t0 = time.perf_counter()
     mark = cached_count()
     try:
-        state = compiled(_setup, (loop,), params, drafter_params, inputs)[0](params, drafter_params, inputs)
+        state = compiled(mid_decode_state, (loop,), params, drafter_params, inputs)[0](params, drafter_params, inputs)
         exe = compiled(_step, (loop,), params, drafter_params, state, inputs.stop_ids, donate_argnums=(2,))[0]
         times: list[list[float]] = [[] for _ in loop.sizes]
         for r in range(ROUNDS + 1):  # round 0 warms every size up

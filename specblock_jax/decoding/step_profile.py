@@ -92,7 +92,7 @@ def _update(loop: SpeculativeLoop, params, state, ctx, result, hidden):
     return loop.drafter.update(params, state, ctx, result, hidden)
 
 
-def _setup(loop: DecodeLoop, params, dparams, inputs: LoopInputs):
+def mid_decode_state(loop: DecodeLoop, params, dparams, inputs: LoopInputs):
     """The loop's real start, then every row advanced by max_new // 2 committed tokens (cache,
     history length, step, the drafter state's `length`; the new entries are zeros: contents do not
     matter for timing) and running. A `SpeculativeState`, or a `TargetState` target-only."""
@@ -198,7 +198,7 @@ def _lookup(static_key, phase, greedy) -> float | None:
 def _measure(loop: DecodeLoop, params, dparams, inputs: LoopInputs, reps, static_key, todo) -> None:
     """Compiles each phase once; the drafter's phases run in loop order on the real state (propose
     -> tree forward -> verify -> update), each giving the next its real inputs, then each is timed."""
-    s = _compiled(_setup, (loop,), params, dparams, inputs)(params, dparams, inputs)
+    s = _compiled(mid_decode_state, (loop,), params, dparams, inputs)(params, dparams, inputs)
     runs = []  # (phase, executable, args, donated)
 
     def run(phase, fn, static, args, donate):
