@@ -161,6 +161,7 @@ def test_tree_settings_round_trip_through_both_formats(target, task, dparams, tm
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert sbj.load_drafter(tmp_path / "ours", target, num_nodes=20).drafter.candidates == 19
     assert sbj.load_drafter(tmp_path / "ours", target, num_nodes=4).drafter.candidates == 1  # the chain
+    assert sbj.load_drafter(tmp_path / "ours", target, sizing="fixed").drafter.sizing == "fixed"
     with pytest.raises(ValueError, match="candidates=1 is the chain"):
         sbj.load_drafter(tmp_path / "ours", target, num_nodes=12, candidates=1)
 
