@@ -88,13 +88,14 @@ import specblock_jax as sbj
 from specblock_jax import checks, read_prompts
 from specblock_jax import overrides as kv
 from specblock_jax.decoding.compiled import cached_count, release
+from specblock_jax.decoding.sizing import summed_sizing
 from specblock_jax.decoding.step_profile import PHASES, ideal_speedup
 from specblock_jax.drafters import registry
 from specblock_jax.serving.calibrate import calibrate, default_grid, with_setting
 from specblock_jax.serving.methods import Method, split_adapt, weightless_kinds
 
 from .bench_price import PriceSpec, Pricer, price_all, summed_commit_hist
-from .bench_report import closing_lines, compare, replot, table, write_results
+from .bench_report import closing_lines, compare, replot, sizing_table, table, write_results
 from .decode import (DEFAULT_TARGET, add_cache_flags, at_least, check_flags, cli_method, load_target, make_adapter,
                      shipped_method, shipped_prompts, show_compiles, usage_error, use_cache_flags)
 from .labels import method_label
@@ -365,6 +366,7 @@ def summarise(prep: dict, results: list, temperature: float, batch_size: int,
         + (adapter.compile_s if adapter is not None else 0.0),
         "decode_s": decode_wall, "adapt_s": adapt_s, "batch_taus": batch_taus(results),
         "commit_hist": summed_commit_hist(results),
+        "sizing": summed_sizing([r.stats.sizing for r in results], batch_size),
         **{k: v for k, v in prof.items() if k != "step_profiles"},
         "draft_ms_per_step": draft_step, "verify_ms_per_step": verify_step, "ideal_speedup": ideal,
         "step_profiles": prof["step_profiles"],
@@ -564,7 +566,7 @@ def main(argv=None) -> int:
         release(mark)
     replot(args.out_dir)
     note = "\n" + meta["price"]["note"] if pricer else ""
-    print(note + "\n" + table(rows) + "\n\n" + "\n".join(closing_lines(rows, args.out_dir, own_command(args))))
+    print(note + "\n" + table(rows) + sizing_table(rows) + "\n\n" + "\n".join(closing_lines(rows, args.out_dir, own_command(args))))
     return 0
 
 

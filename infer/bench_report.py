@@ -73,6 +73,30 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def sizing_table(rows: list[dict]) -> str:
+    """Step sizing's table (rows with a `sizing` summary, decoding/sizing.py `summed_sizing`), or
+    "": per method the share of steps at each size of its menu, the per-position acceptance (of
+    steps that reached position d - 1 and drafted deeper, the share that accepted d), the expected
+    against the committed tokens (calibration error), and the cost model's predicted tokens/s beside
+    the measured."""
+    sized = [r for r in rows if r.get("sizing")]
+    if not sized:
+        return ""
+    lines = ["", "", "Step sizing (the steps of each size of the menu, share of row-steps; acceptance by draft "
+             "position; expected vs committed tokens; the cost model's tokens/s beside the measured):", "",
+             "| T | batch | method | steps at size | acceptance by position | expected / committed tokens "
+             "(error) | predicted tokens/s | measured tokens/s |", "|---|---|---|---|---|---|---|---|"]
+    for r in sized:
+        z = r["sizing"]
+        steps = ", ".join(f"{k}: {100 * f:.0f}%" for k, f in zip(z["sizes"], z["steps_share"]))
+        acc = ", ".join("-" if a is None else f"{a:.2f}" for a in z["acceptance"][:8])
+        err = "-" if z["calibration_error"] is None else f"{100 * z['calibration_error']:+.0f}%"
+        lines.append(f"| {r['temperature']:g} | {r['batch_size']} | {r['method']} | {steps} | {acc} | "
+                     f"{z['predicted_tokens']:.0f} / {z['committed_tokens']:.0f} ({err}) | "
+                     f"{_num(z['predicted_tokens_per_s'], digits=1)} | {r['tokens_per_s']:.1f} |")
+    return "\n".join(lines)
+
+
 def _num(value, suffix: str = "", digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}{suffix}"
 
@@ -148,7 +172,7 @@ def write_results(out_dir: Path, meta: dict, records: list[dict], group: list[di
     status = "" if meta["complete"] else "\n(partial: the run has not finished every group yet)\n"
     md = f"# specblock-bench\n\n{meta['date']}, {meta['machine']['platform']}, " \
          f"{meta['machine']['cpus']} CPUs, backend {meta['machine']['backend']}\n\n" \
-         f"`{meta['command']}`\n{status}\n{notes(meta)}\n\n{table(rows)}\n"
+         f"`{meta['command']}`\n{status}\n{notes(meta)}\n\n{table(rows)}{sizing_table(rows)}\n"
     (out_dir / "results.md").write_text(md)
 
 

@@ -81,8 +81,35 @@ def sizing_rows(loop, tally: SizingTally | None, rows) -> list[dict | None]:
     if tally is None or not getattr(loop, "sizes", ()):
         return [None] * len(rows)
     chosen, accepted, predicted = (np.asarray(x)[list(rows)] for x in tally)
-    return [{"sizes": list(loop.sizes), "chosen": chosen[j].tolist(), "accepted": accepted[j].tolist(),
-             "predicted": round(float(predicted[j]), 4)} for j in range(len(rows))]
+    return [{"sizes": list(loop.sizes), "step_ms": list(loop.step_ms), "chosen": chosen[j].tolist(),
+             "accepted": accepted[j].tolist(), "predicted": round(float(predicted[j]), 4)} for j in range(len(rows))]
+
+
+def summed_sizing(tallies: list[dict | None], batch_size: int) -> dict | None:
+    """The rows' `GenerationStats.sizing` summed, with what the bench reports (None where a row has
+    none or the rows' menus differ): "steps_share" (of row-steps at each size), "accepted_share"
+    (of row-steps by accepted drafts), "acceptance" (per draft position d = 1..N - 1: of row-steps
+    that accepted d - 1 drafts and verified a deeper node, the share that accepted d: the
+    accepted histogram's conditional rates, a lower bound where a chosen size ends at depth d - 1),
+    "predicted_tokens" / "committed_tokens" and their "calibration_error" (predicted / committed
+    - 1), and "predicted_tokens_per_s": the expected tokens over the cost model's time of the chosen
+    steps (row-steps / batch_size x ms at each size)."""
+    if not tallies or any(t is None for t in tallies) or len({tuple(t["sizes"]) for t in tallies}) != 1:
+        return None
+    chosen = np.sum([t["chosen"] for t in tallies], axis=0)
+    accepted = np.sum([t["accepted"] for t in tallies], axis=0)
+    predicted = float(sum(t["predicted"] for t in tallies))
+    committed = float(np.sum((np.arange(len(accepted)) + 1) * accepted))
+    at_least = np.cumsum(accepted[::-1])[::-1]  # row-steps that accepted >= d drafts
+    acceptance = [float(at_least[d] / at_least[d - 1]) if at_least[d - 1] else None for d in range(1, len(accepted))]
+    step_ms = tallies[0]["step_ms"]
+    cost_s = float(np.dot(chosen, step_ms)) / 1000 / batch_size if step_ms else None
+    total = max(int(chosen.sum()), 1)
+    return {"sizes": tallies[0]["sizes"], "step_ms": step_ms, "chosen": chosen.tolist(), "accepted": accepted.tolist(),
+            "steps_share": (chosen / total).tolist(), "accepted_share": (accepted / max(int(accepted.sum()), 1)).tolist(),
+            "acceptance": acceptance, "predicted_tokens": predicted, "committed_tokens": committed,
+            "calibration_error": predicted / committed - 1 if committed else None,
+            "predicted_tokens_per_s": predicted / cost_s if cost_s else None}
 
 
 def raw_scores(tree: DraftTree) -> jax.Array:
