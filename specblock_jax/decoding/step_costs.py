@@ -7,7 +7,7 @@ advanced by max_new // 2 tokens) for each size in turn, interleaved over `ROUNDS
 size's median is kept, made non-decreasing along the menu (`nondecreasing`). A step at size k costs the drafter's propose and update (paid at every size),
 the target's forward over k nodes, verification and the commit. The figures are cached per
 machine in `step_costs.json` beside the compile cache (decoding/compiled.py `default_cache_dir`),
-keyed by backend, the target's and the drafter's settings, the batch, the cache length, the
+keyed by backend, XLA flags, the target's and the drafter's settings, the batch, the cache length, the
 greedy flag and the menu, so a second process reads them; with the compile cache off
 ($SPECBLOCK_JAX_COMPILE_CACHE=off) they live in the process only.
 
@@ -40,17 +40,20 @@ _STATS = {"measured": 0, "measure_s": 0.0}
 
 
 def cost_file() -> Path | None:
-    """Where measured costs persist (None: in this process only)."""
+    """Where measured costs persist: beside the compile cache in use (jax's configured folder, else
+    `default_cache_dir()`), or None (this process only) with $SPECBLOCK_JAX_COMPILE_CACHE=off."""
     if os.environ.get("SPECBLOCK_JAX_COMPILE_CACHE") == "off":
         return None
-    return default_cache_dir().parent / "step_costs.json"
+    folder = jax.config.jax_compilation_cache_dir or default_cache_dir()
+    return Path(folder).parent / "step_costs.json"
 
 
 def cost_key(loop: SpeculativeLoop, batch: int) -> str:
     """What a measured cost depends on: the backend and its device, the target's config, the
     drafter (settings and architecture), the batch, the cache length, greedy and the menu."""
     device = jax.devices()[0]
-    parts = [jax.default_backend(), getattr(device, "device_kind", ""), repr(loop.cfg), repr(loop.drafter),
+    parts = [jax.default_backend(), getattr(device, "device_kind", ""), os.environ.get("XLA_FLAGS", ""),
+             repr(loop.cfg), repr(loop.drafter),
              f"batch={batch}", f"cache={loop.cache_len}", f"greedy={loop.greedy}", f"sizes={loop.sizes}"]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:24]
 
