@@ -31,7 +31,8 @@ def _f(x, fmt=".3f"):
 
 
 def _kernels(rec):
-    return "; ".join(f"{k['name']} x{k['calls']} ({k['source']})" for k in rec.get("kernels", [])) or "none"
+    """e.g. "splash_causal x3 analytic" (the rolled / cut programs' calls: see attention.py)."""
+    return "; ".join(f"{k['name']} x{k['calls']} {k['source']}" for k in rec.get("kernels", [])) or "none"
 
 
 def _matmul_flops(cfg, tokens: int, logits: int) -> float:
@@ -54,8 +55,7 @@ def prefill(rows, cfg, chip) -> list[str]:
         temp = [r.get("memory", {}).get("temp") for r in (b, a)]
         out.append(f"| {ctx} | {_f(_ms(b))} | {_f(after)} | {floor:.3f} | {_f(after and after / floor, '.2f')} | "
                    f"{_f(temp[0] and temp[0] / GB, '.2f')} | {_f(temp[1] and temp[1] / GB, '.2f')} | {_kernels(a)} |")
-    return out + ["", "Temporaries here are the layers-unrolled program's; the memory table below has the rolled "
-                      "program's (the one the library runs).", ""]
+    return out + [""]
 
 
 def memory(rows) -> list[str]:
@@ -175,7 +175,9 @@ def main() -> None:
              "results.md); after = `attention=\"cascade\"` (models/attention.py: splash attention for prompts, the "
              "committed-prefix Pallas kernel plus the [T, T] tree part merged by log-sum-exp for steps). Both "
              "compiled by libtpu from this CPU in one code state (`python benchmarks/tpu_aot/attention.py`); "
-             "Qwen3-8B bf16, all 4 chips tensor-parallel, layers unrolled. Kernel costs: splash's is analytic "
+             "Qwen3-8B bf16, all 4 chips tensor-parallel; costs from 2- and 3-layer cuts extrapolated to 36 layers "
+             "(`accounting=\"multiplied\"`: FLOPs exact, bytes rough, aot/price.py), memory from the rolled program. "
+             "Kernel costs: splash's is analytic "
              "(added: the compiler sees no FLOPs in it), the prefix kernel's is its CostEstimate (which the "
              "compiler's counts include). No TPU ran.", ""]
     lines += prefill(rows, cfg, chip) + memory(rows)

@@ -28,6 +28,10 @@ batch 32: SpecBlock's shipped tree and DFlash 8; the Llama-3.1-70B training rows
 beside training, benches and tests, and were paused (SIGSTOP) during benches: their compile_s
 is wall time, not compile time (up to 5,066 s).
 
+**Attention**: every row here prices the dense attention of before issue 66 (`attention="full"`:
+scores over the whole cache). attention.md prices cascade attention and the TPU kernels against it
+(`python benchmarks/tpu_aot/attention.py`).
+
 ```
 python benchmarks/tpu_aot/run.py --only phases          # the phase rows (resumable), then this file
 python benchmarks/tpu_aot/run.py --only train --only compile      # (run.py renders results.md by tables.py)

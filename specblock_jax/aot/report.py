@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from specblock_jax.aot.cost import kernel_label
 from specblock_jax.aot.topology import CHIPS
 
 GB = 1e9
@@ -57,19 +58,21 @@ def _compiler_ms(rec: dict) -> str:
 def markdown_table(results: Iterable[dict]) -> str:
     """One row per (result, phase): ms by the roofline of the compiler's counts (how phases are
     priced) and by the compiler's optimal_seconds ("no estimate" where libtpu's was negative),
-    GFLOP and GB accessed per device, GB per device, fits, compile s."""
+    GFLOP and GB accessed per device, GB per device, fits, compile s, and the Pallas kernels in
+    the program with how each one's cost entered the figures (`cost.kernel_label`)."""
     lines = ["| target | method | topology | mesh | B | context | N | phase | roofline ms | compiler ms "
-             "| GFLOP/dev | GB read/dev | GB/dev | fits | compile s |",
-             "|" + "---|" * 15]
+             "| GFLOP/dev | GB read/dev | GB/dev | fits | compile s | kernels |",
+             "|" + "---|" * 16]
     for r in results:
         for name, rec in r["phases"].items():
             head = f"| {r['target']} | {r['method']} | {r['topology']} | {r['mesh']} | {r['batch']} | " \
                    f"{r['context']} | {r['nodes']} | {name} |"
             if not rec.get("compiled"):
                 err = (rec.get("error") or "").splitlines()[0][:80]
-                lines.append(f"{head} - | - | - | - | - | no ({err}) | {rec.get('compile_s', '-')} |")
+                lines.append(f"{head} - | - | - | - | - | no ({err}) | {rec.get('compile_s', '-')} | - |")
                 continue
             lines.append(f"{head} {_ms(roofline_seconds(rec, r['chip']))} | {_compiler_ms(rec)} | "
                          f"{_num(rec['flops'], '.2f')} | {_num(rec['bytes_accessed'], '.3f')} | "
-                         f"{rec['device_bytes'] / GB:.2f} | {'yes' if rec['fits'] else 'NO'} | {rec['compile_s']} |")
+                         f"{rec['device_bytes'] / GB:.2f} | {'yes' if rec['fits'] else 'NO'} | {rec['compile_s']} | "
+                         f"{kernel_label(rec.get('kernels', []))} |")
     return "\n".join(lines)
