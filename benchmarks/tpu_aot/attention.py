@@ -9,17 +9,20 @@ machine), memory from the rolled 36-layer program.
 
     python benchmarks/tpu_aot/attention.py [--only prefill,b1,b32,memory]   # -> attention.json, attention.md
 
-Rows are resumable (a rerun skips rows already in attention.json); one process per row.
+Rows are resumable (a rerun skips rows already in attention.json); one process per row; loops
+over disjoint groups (--only) may run side by side.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -88,11 +91,18 @@ def run_row(key: str) -> None:
         result = {"error": f"{type(e).__name__}: {e}"[:2000]}
     result.update(wall_s=round(time.perf_counter() - t0, 1),
                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    data = _load()
-    data["rows"][key] = result
-    tmp = OUT.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(OUT)
+    _put(key, result)
+
+
+def _put(key: str, result: dict) -> None:
+    """Adds one row to attention.json under a lock (two loops may price disjoint groups)."""
+    with open(Path(tempfile.gettempdir()) / "sbj_attention_rows.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = _load()
+        data["rows"][key] = result
+        tmp = OUT.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(OUT)
 
 
 def main(argv=None) -> None:
@@ -111,9 +121,7 @@ def main(argv=None) -> None:
         proc = subprocess.run([sys.executable, __file__, "--row", key], capture_output=True, text=True)
         if key not in _load()["rows"]:
             tail = [ln for ln in proc.stderr.splitlines() if ln.strip() and "WARNING" not in ln][-2:]
-            data = _load()
-            data["rows"][key] = {"error": f"the compile process died (exit {proc.returncode}): " + " | ".join(tail)}
-            OUT.write_text(json.dumps(data, indent=1))
+            _put(key, {"error": f"the compile process died (exit {proc.returncode}): " + " | ".join(tail)})
         print(key, round(time.perf_counter() - t0, 1), "s", flush=True)
     with open(HERE / "attention.md", "w") as md:
         subprocess.run([sys.executable, str(HERE / "attention_tables.py")], stdout=md, check=True)
