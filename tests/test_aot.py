@@ -21,7 +21,7 @@ import pytest
 
 from specblock_jax import _quiet, aot
 from specblock_jax.aot import cost, report, topology
-from specblock_jax.models import kernel_cost
+from specblock_jax.models import attention, kernel_cost
 from specblock_jax.models.config import ModelConfig, RopeConfig, tiny
 from specblock_jax.models.kv_cache import init_cache
 from specblock_jax.models.target import init_target
@@ -325,12 +325,13 @@ def test_kernel_calls_are_counted_in_the_hlo_and_analytic_costs_added():
 
 
 @needs_libtpu
-def test_pallas_attention_compiles_for_tpu_and_a_step_costs_at_least_its_kernels():
-    """Cascade attention on v5e:2x2: the prompt runs splash attention and the one-token step the
-    committed-prefix kernel, one call per layer each; the priced phase's FLOPs and roofline time
-    are at least the kernels' arithmetic at peak (the compiler alone sees no FLOPs in splash)."""
-    cfg = _small(2).replace(max_position_embeddings=4096)
-    out = aot.price_method(cfg, "ar", "v5e:2x2", batch=2, context=1024, max_new=64, attention="cascade",
+def test_pallas_attention_compiles_for_tpu_and_a_step_costs_at_least_its_kernels(monkeypatch):
+    """Cascade attention on v5e:2x2: the prompt runs splash attention (prompts from 256 tokens
+    here, to keep the compile small) and the one-token step the committed-prefix kernel, one call
+    per layer each; the priced phase's FLOPs and roofline time are at least the kernels'
+    arithmetic at peak (the compiler alone sees no FLOPs in splash)."""
+    monkeypatch.setattr(attention, "PREFILL_ROWS", 256)
+    out = aot.price_method(_small(2), "ar", "v5e:2x2", batch=2, context=256, max_new=64, attention="cascade",
                            phases_wanted=("prefill", "target_step"))
     peak = topology.CHIPS["v5e"].bf16_tflops * 1e12
     for phase, name, source in (("prefill", "splash_causal", "analytic"), ("target_step", "cache_prefix", "CostEstimate")):
