@@ -153,3 +153,25 @@ def test_sampling_matches_the_target_distribution_at_pruned_sizes(small_vocab_ta
     assert pvalues[1] < 1e-6 and pvalues[2] < 1e-6
     assert accepted[0] > 0.3  # drafts of the pruned tree really were accepted
 
+
+
+def test_the_draft_floor_stops_expanding_levels_no_path_is_worth():
+    """build_topk_tree (EAGLE-3's) expands a level only while a frontier path probability is above
+    the floor: at 0.9 over a uniform drafter only depth 1 is drafted; with no floor, every depth."""
+    from specblock_jax.decoding.sizing import draft_floor
+    from specblock_jax.drafters.eagle3._topk_tree import build_topk_tree
+
+    vocab, b = 12, 2
+    uniform = jnp.full((b, vocab), -np.log(vocab))
+
+    def expander(carry, tokens, parent, node, anc, d):
+        return carry + 1, jnp.broadcast_to(uniform[:, None], tokens.shape + (vocab,))
+
+    for floor, levels in ((None, 3), (jnp.float32(0.9), 0), (jnp.float32(0.0), 3)):
+        tree, calls = build_topk_tree(jnp.zeros((b,), jnp.int32), uniform, expander, 0, 2, 4, 9, floor=floor)
+        dep = np.asarray(depths(ancestor_mask(tree.parents)))
+        assert int(calls) == levels
+        assert dep[np.asarray(tree.valid)].max() == (1 if levels == 0 else 4)
+    # the floor: a level's share of the smallest drafted step's extra cost over a plain step's
+    assert np.isclose(float(draft_floor(jnp.asarray([10.0, 18.0, 20.0]), 4)), 0.2)
+    assert float(draft_floor(jnp.asarray([10.0]), 4)) == 0.0

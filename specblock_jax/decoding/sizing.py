@@ -151,6 +151,16 @@ def skip_draft(cal: Calibration, active: jax.Array, step_ms: jax.Array, prior_to
     return drafted * step_ms[0] < 1.0
 
 
+def draft_floor(step_ms: jax.Array, levels: int) -> jax.Array:
+    """[] the path probability below which drafting one level deeper does not pay: a level's
+    drafter forward (the propose part of the smallest drafted step over the plain step, shared by
+    `levels` levels) over the ms a plain step takes per committed token (`DraftContext.floor`)."""
+    if step_ms.shape[0] < 2:
+        return jnp.float32(0.0)
+    per_level = jnp.maximum(step_ms[1] - step_ms[0], 0.0) / max(levels, 1)
+    return jnp.clip(per_level / step_ms[0], 0.0, 1.0)
+
+
 def choose(expected: jax.Array, active: jax.Array, step_ms: jax.Array) -> jax.Array:
     """expected [B, M], active [B], step_ms [M] -> [] int32 the menu index with the most expected
     tokens per ms over the active rows (ties: the smaller size)."""

@@ -28,7 +28,7 @@ from specblock_jax.decoding.autoregressive import TargetState
 from specblock_jax.decoding.loop_core import LoopInputs, LoopOutput, prefill, step_keys, until_done
 from specblock_jax.decoding.sampling import SamplingParams, sampling_logprobs
 from specblock_jax.decoding.sized import is_sized
-from specblock_jax.decoding.sizing import (Calibration, SizingTally, calibrated, choose,
+from specblock_jax.decoding.sizing import (Calibration, SizingTally, calibrated, choose, draft_floor,
                                            expected_tokens, prune, raw_scores, recalibrate, root_only, skip_draft,
                                            to_full)
 from specblock_jax.drafters.base import DraftContext, Prefill, advance_state
@@ -246,6 +246,10 @@ class SpeculativeLoop:
         active = ~s.done
         ctx = DraftContext(s.history, s.hist_len, s.root, s.cache.lengths)
         key = step_keys(s.keys, s.step)
+        if self.sizes:  # deeper levels only while some path is worth more than a level costs
+            floor = draft_floor(self.costs(), max(drafter.forwards_per_step - 1, 1))
+            ctx = ctx._replace(floor=jnp.where(jnp.max(s.force) >= 0, 0.0, floor))  # forced: draft all
+
         def propose():
             tree, dstate = drafter.propose(drafter_params, s.drafter_state, ctx, step_keys(key, 1))
             check_tree(tree, s.out.shape[0], drafter.num_nodes, self.cfg.vocab_size,

@@ -35,6 +35,9 @@ class DraftContext(NamedTuple):
     hist_len: jax.Array  # [B] int32 valid entries; history[:, hist_len - 1] is the root
     root: jax.Array  # [B] int32 the last committed token (its K/V is not in the cache yet)
     cache_len: jax.Array  # [B] int32 tokens in the target's KV cache (= hist_len - 1)
+    # [] fp32 or None: step sizing's floor (decoding/sizing.py `draft_floor`): a drafter that drafts
+    # level by level may stop once no frontier node's path probability is above it (None: draft all)
+    floor: jax.Array | None = None
 
 
 class Prefill(NamedTuple):

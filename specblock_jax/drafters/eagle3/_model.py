@@ -169,7 +169,7 @@ class Eagle3Drafter:
         hid0 = jnp.zeros((b, self.top_k * self.depth, self.config.hidden_size), state.hidden.dtype)
         tree, (cache, _) = build_topk_tree(ctx.root, jax.nn.log_softmax(state.logits, axis=-1), expand,
                                            (state.cache, hid0), self.top_k, self.depth, self.num_nodes,
-                                           params.get("d2t"))
+                                           params.get("d2t"), ctx.floor)
         return tree, state._replace(cache=cache)
 
     def update(self, params, state, ctx: DraftContext, result, hidden):

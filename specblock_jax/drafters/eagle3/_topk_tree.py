@@ -27,11 +27,13 @@ Expander = Callable[[Any, jax.Array, jax.Array, jax.Array, jax.Array, int], tupl
 
 
 def build_topk_tree(root: jax.Array, root_logprobs: jax.Array, expander: Expander, carry: Any,
-                    top_k: int, depth: int, num_nodes: int, token_map: jax.Array | None = None
-                    ) -> tuple[DraftTree, Any]:
+                    top_k: int, depth: int, num_nodes: int, token_map: jax.Array | None = None,
+                    floor: jax.Array | None = None) -> tuple[DraftTree, Any]:
     """root [B] token, root_logprobs [B, V'] -> (DraftTree with num_nodes nodes, final carry).
     token_map [V'] (a reduced draft vocabulary's d2t) maps the drafter's ids to target ids; the
-    tree and the expander see target ids only."""
+    tree and the expander see target ids only. floor [] (step sizing's, `DraftContext.floor`):
+    a level is expanded only while some frontier node of the batch has a path probability above
+    it (`lax.cond`: a level not expanded costs no drafter forward; its candidates stay invalid)."""
     b = root.shape[0]
     m = top_k * depth
     ids = (lambda x: x) if token_map is None else (lambda x: jnp.take(token_map, x))  # noqa: E731
@@ -47,7 +49,14 @@ def build_topk_tree(root: jax.Array, root_logprobs: jax.Array, expander: Expande
         f_tok = jnp.take_along_axis(tokens, frontier, axis=1)
         f_par = jnp.take_along_axis(parents, frontier, axis=1)
         f_anc = jnp.take_along_axis(anc, frontier[:, :, None], axis=1)  # [B, k, M]
-        carry, logp = expander(carry, f_tok, f_par, frontier, f_anc, d)
+        if floor is None:
+            carry, logp = expander(carry, f_tok, f_par, frontier, f_anc, d)
+        else:
+            def expand(carry=carry, f_tok=f_tok, f_par=f_par, frontier=frontier, f_anc=f_anc, d=d):
+                return expander(carry, f_tok, f_par, frontier, f_anc, d)
+            out = jax.eval_shape(expand)[1]
+            go = jnp.max(jnp.take_along_axis(scores, frontier, axis=1)) > jnp.log(floor)
+            carry, logp = jax.lax.cond(go, expand, lambda carry=carry: (carry, jnp.full(out.shape, -jnp.inf, out.dtype)))
         child_score, child_tok = jax.lax.top_k(logp, top_k)  # [B, k, k]
         child_tok = ids(child_tok)
         total = jnp.take_along_axis(scores, frontier, axis=1)[:, :, None] + child_score
