@@ -19,6 +19,11 @@ if _CACHE_DIR:
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 * 2**30))
 
+# Step sizing's cost model is not measured for every loop a test decodes with (each measurement
+# compiles and times the loop's step): sizes then cost the same (decoding/step_costs.py);
+# tests/test_sizing.py gives costs and measures one model.
+os.environ.setdefault("SPECBLOCK_JAX_STEP_COSTS", "off")
+
 # The tests check what the code computes, not how fast XLA's code runs, and most of their time is
 # XLA:CPU compiling (LLVM): compiling without LLVM's optimisations halves it (measured on
 # test_speculative's random-tree tests: 23 executables, 104-116 s of XLA compile against 47-49 s).

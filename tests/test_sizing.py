@@ -175,3 +175,25 @@ def test_the_draft_floor_stops_expanding_levels_no_path_is_worth():
     # the floor: a level's share of the smallest drafted step's extra cost over a plain step's
     assert np.isclose(float(draft_floor(jnp.asarray([10.0, 18.0, 20.0]), 4)), 0.2)
     assert float(draft_floor(jnp.asarray([10.0]), 4)) == 0.0
+
+
+def test_the_cost_model_is_measured_once_then_read_from_the_cache(small_vocab_target, monkeypatch, tmp_path):
+    """attach_costs times the loop's step at every menu size (non-decreasing along the menu),
+    writes step_costs.json beside the compile cache, and a second call reads it (no new compile)."""
+    from specblock_jax.decoding import step_costs
+
+    monkeypatch.setenv(step_costs.COSTS_ENV, "measure")
+    monkeypatch.setattr(step_costs, "cost_file", lambda: tmp_path / "step_costs.json")
+    monkeypatch.setattr(step_costs, "_MEMORY", {})
+    target = small_vocab_target
+    inputs = default_inputs(jnp.asarray([[1, 2, 3, 4]]), [4], max_new=8)
+    loop = make_loop(graphdef=target.graphdef, cfg=target.config, prompt_len=4, max_new=8, greedy=True,
+                     drafter=RandomTreeDrafter(5, V, sizing="auto"))
+    measured = step_costs.attach_costs(loop, target.params, (), inputs)
+    assert len(measured.step_ms) == len(loop.sizes) == 4 and all(x > 0 for x in measured.step_ms)
+    assert list(measured.step_ms) == sorted(measured.step_ms)
+    assert (tmp_path / "step_costs.json").exists()
+    monkeypatch.setattr(step_costs, "_MEMORY", {})
+    before = compilation_count()
+    again = step_costs.attach_costs(loop, target.params, (), inputs)
+    assert again.step_ms == measured.step_ms and compilation_count() == before

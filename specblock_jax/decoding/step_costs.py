@@ -9,7 +9,10 @@ the target's forward over k nodes, verification and the commit. The figures are 
 machine in `step_costs.json` beside the compile cache (decoding/compiled.py `default_cache_dir`),
 keyed by backend, XLA flags, the target's and the drafter's settings, the batch, the cache length, the
 greedy flag and the menu, so a second process reads them; with the compile cache off
-($SPECBLOCK_JAX_COMPILE_CACHE=off) they live in the process only.
+($SPECBLOCK_JAX_COMPILE_CACHE=off) they live in the process only. $SPECBLOCK_JAX_STEP_COSTS=off
+measures nothing: every size then costs the same, so each step verifies the largest useful size
+and never skips its draft (the test suite's default: tests/conftest.py; step sizing's own tests
+give costs).
 
 Or priced: `priced_costs` takes the figures of a TPU price (aot) instead, labelled an estimate by
 whoever reports them.
@@ -33,6 +36,7 @@ from specblock_jax.decoding.loop_core import LoopInputs
 from specblock_jax.decoding.speculative import SpeculativeLoop
 from specblock_jax.decoding.step_profile import mid_decode_state
 
+COSTS_ENV = "SPECBLOCK_JAX_STEP_COSTS"  # "off": no measurement (every size costs the same; the tests' default)
 ROUNDS = 5  # interleaved rounds over the sizes
 REPS = 3  # timed calls per size and round
 _MEMORY: dict[str, list[float]] = {}
@@ -82,6 +86,8 @@ def attach_costs(loop, params, drafter_params, inputs: LoopInputs):
     rows of `inputs` (the batch the loop will run). A loop without step sizing, or with costs
     already, comes back as it is."""
     if not isinstance(loop, SpeculativeLoop) or not loop.sizes or loop.step_ms:
+        return loop
+    if os.environ.get(COSTS_ENV) == "off":  # no cost model: every size costs the same
         return loop
     batch = int(inputs.tokens.shape[0])
     key = cost_key(loop, batch)
