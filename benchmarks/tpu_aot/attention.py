@@ -2,10 +2,11 @@
 after (cascade attention and the TPU kernels, `attention="cascade"`), priced for v5p:2x2x1 (and
 v5e:2x2 for fit) at Qwen3-8B shapes by the TPU compiler from this CPU. Estimates, not
 measurements: the roofline of the compiler's per-device counts, each Pallas kernel's own cost
-added where the compiler cannot see it (the record's `kernels` say which: aot/cost.py). Costs
-are `accounting="multiplied"` (2- and 3-layer cuts extrapolated to 36: exact FLOPs, rough bytes,
-aot/price.py; the unrolled 36-layer programs take too long to compile on this shared 2-core
-machine), memory from the rolled 36-layer program.
+added where the compiler cannot see it (the record's `kernels` say which: aot/cost.py). Step
+costs are the layers-unrolled programs' (`accounting="unrolled"`, as results.md); prefill costs are
+`accounting="multiplied"` (2- and 3-layer cuts extrapolated to 36 layers: exact FLOPs, rough bytes,
+aot/price.py; a prefill is FLOP-bound, and its unrolled 36-layer programs take too long to compile
+on this shared 2-core machine); memory from the rolled 36-layer program.
 
     python benchmarks/tpu_aot/attention.py [--only prefill,b1,b32,memory]   # -> attention.json, attention.md
 
@@ -76,7 +77,7 @@ def rows() -> dict[str, dict]:
     batch32(8192, "full")
     batch32(2048, "cascade")
     batch32(2048, "full")
-    return {k: {"accounting": "multiplied", **kw} for k, kw in out.items()}
+    return {k: {"accounting": "multiplied" if k.startswith("prefill") else "unrolled", **kw} for k, kw in out.items()}
 
 
 def _load() -> dict:

@@ -175,9 +175,9 @@ def main() -> None:
              "results.md); after = `attention=\"cascade\"` (models/attention.py: splash attention for prompts, the "
              "committed-prefix Pallas kernel plus the [T, T] tree part merged by log-sum-exp for steps). Both "
              "compiled by libtpu from this CPU in one code state (`python benchmarks/tpu_aot/attention.py`); "
-             "Qwen3-8B bf16, all 4 chips tensor-parallel; costs from 2- and 3-layer cuts extrapolated to 36 layers "
-             "(`accounting=\"multiplied\"`: FLOPs exact, bytes rough, aot/price.py), memory from the rolled program. "
-             "Kernel costs: splash's is analytic "
+             "Qwen3-8B bf16, all 4 chips tensor-parallel; step costs from the layers-unrolled programs, prefill costs "
+             "from 2- and 3-layer cuts extrapolated to 36 layers (`accounting=\"multiplied\"`: FLOPs exact, bytes "
+             "rough, aot/price.py), memory from the rolled program. Kernel costs: splash's is analytic "
              "(added: the compiler sees no FLOPs in it), the prefix kernel's is its CostEstimate (which the "
              "compiler's counts include). No TPU ran.", ""]
     lines += prefill(rows, cfg, chip) + memory(rows)

@@ -45,7 +45,7 @@ def attend_blocks(q: jax.Array, kv_heads: int, key_block: Callable, visible: Cal
                   ) -> tuple[jax.Array, jax.Array]:
     """Online-softmax attention over key blocks 0 .. num_blocks - 1.
 
-    q [B, T, N, D]; key_block(i) -> (k, v) each [B, K, C, D] (block i's keys, heads first);
+    q [B, T, N, D] over K = kv_heads; key_block(i) -> (k, v) each [B, K, C, D] (block i's keys);
     visible(i) -> [B, T, C] bool (query t may see key c of block i); num_blocks an int or a traced
     [] int32 (a dynamic trip count: only blocks below it are read). Returns (out, lse) as above.
     """
