@@ -247,7 +247,7 @@ def test_training_blocks_match_decoding_blocks(target, task, monkeypatch):
     _assert_top(state.top, 0, model.logits(train1[0, p - 1]))
     captured = {}
 
-    def fake_tree(settings, root_, top, cls, expand, carry, token_map=None):
+    def fake_tree(settings, root_, top, cls, expand, carry, token_map=None, floor=None):
         carry, top2, _ = expand(carry, jnp.zeros((1, 1), jnp.int32), jnp.full((1, 1), j, jnp.int32),
                                 jnp.full((1, 1), leaf, jnp.int32), 2)
         captured["top"] = top2

@@ -332,7 +332,7 @@ class SpecBlockDrafter(SpecBlockDecoding):
         carry = (state.cache, state.hidden[:, None], jnp.zeros((b, 1), jnp.int32),
                  jnp.zeros((b, 1), jnp.int32), vis0)
         tree, carry = build_rank_tree(self.tree, ctx.root, state.top, state.cls, expand, carry,
-                                      token_map=params.get("d2t"))
+                                      token_map=params.get("d2t"), floor=ctx.floor)
         return tree, state._replace(cache=carry[0])
 
     def update(self, params, state, ctx: DraftContext, result, hidden):

@@ -184,12 +184,14 @@ def _merge_twins(tokens, parents, scores, passes: int):
 
 
 def build_rank_tree(s: RankTreeSettings, root: jax.Array, top: TopTokens, cls: jax.Array,
-                    expand: Expand, carry: Any, token_map: jax.Array | None = None
-                    ) -> tuple[DraftTree, Any]:
+                    expand: Expand, carry: Any, token_map: jax.Array | None = None,
+                    floor: jax.Array | None = None) -> tuple[DraftTree, Any]:
     """root [B]; top [B, K, R] (`top_tokens`, R >= s.candidates) and cls [B, K] of the first
     block (drafted from the root);
     token_map [V'] (a reduced draft vocabulary's d2t) maps draft ids to target ids: the tree and
-    `expand` see target ids only."""
+    `expand` see target ids only. floor [] (step sizing's, `DraftContext.floor`): a later block
+    is drafted only while some leaf of the batch has a path probability above it (`lax.cond`:
+    a block not drafted costs no drafter forward; its candidates stay invalid)."""
     b = root.shape[0]
     zero = jnp.zeros((b, 1))
     block1 = TopTokens(top.logp[:, None], top.ids[:, None])
@@ -199,7 +201,21 @@ def build_rank_tree(s: RankTreeSettings, root: jax.Array, top: TopTokens, cls: j
     start = 0
     for d in range(2, s.max_blocks + 1):
         index, blk, slot, token, score, alive = _leaves(s, levels[-1], start)
-        carry, top_d, c = expand(carry, blk, slot, token, d)
+        if floor is None:
+            carry, top_d, c = expand(carry, blk, slot, token, d)
+        else:
+            def block(carry=carry, blk=blk, slot=slot, token=token, d=d):
+                return expand(carry, blk, slot, token, d)
+            shape = jax.eval_shape(block)
+
+            def skip(carry=carry, shape=shape):
+                top_s, c_s = shape[1], shape[2]
+                return (carry, TopTokens(jnp.full(top_s.logp.shape, -jnp.inf, top_s.logp.dtype),
+                                         jnp.zeros(top_s.ids.shape, top_s.ids.dtype)),
+                        jnp.zeros(c_s.shape, c_s.dtype))
+            go = jnp.max(jnp.where(alive, score, -jnp.inf)) > jnp.log(floor)
+            carry, top_d, c = jax.lax.cond(go, block, skip)
+            alive = alive & go
         levels.append(_level(s, top_d, c, index, score, alive, offset, False, token_map))
         start = offset
         offset += _flat(levels[-1].tokens).shape[1]
