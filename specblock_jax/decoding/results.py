@@ -40,9 +40,10 @@ class GenerationStats:
     # speculative decoding: commit_hist[c] = decoding steps this row ran in which the most tokens any
     # row of its batch committed was c (what a row-switched update such as SpecBlock's runs at)
     commit_hist: list[int] | None = None
-    # step sizing (decoding/sizing.py): {"sizes": the menu, "chosen": steps at each size,
-    # "accepted": steps by the row's accepted draft tokens (0..N), "predicted": the expected
-    # committed tokens of the chosen sizes summed (its committed tokens are sum((a + 1) x accepted[a]))}
+    # step sizing (decoding/sizing.py): {"sizes": the menu, "step_ms": the cost model, "chosen":
+    # steps at each size, "accepted": steps at a size > 0 by the row's accepted draft tokens (0..N),
+    # "predicted": the expected committed tokens of the chosen sizes summed (its committed tokens
+    # are sum((a + 1) x accepted[a]) + chosen[0])}
     sizing: dict | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -66,7 +66,7 @@ class Calibration(NamedTuple):
 class SizingTally(NamedTuple):
     """Per-row counts for the stats: what was chosen and what it gave."""
     chosen: jax.Array  # [B, M] int32 steps the row ran at each menu size
-    accepted: jax.Array  # [B, N + 1] int32 steps by the row's own accepted draft tokens
+    accepted: jax.Array  # [B, N + 1] int32 steps at a size > 0, by the row's own accepted draft tokens
     predicted: jax.Array  # [B] fp32 the expected committed tokens of the chosen sizes, summed
 
     @classmethod
@@ -88,9 +88,9 @@ def sizing_rows(loop, tally: SizingTally | None, rows) -> list[dict | None]:
 def summed_sizing(tallies: list[dict | None], batch_size: int) -> dict | None:
     """The rows' `GenerationStats.sizing` summed, with what the bench reports (None where a row has
     none or the rows' menus differ): "steps_share" (of row-steps at each size), "accepted_share"
-    (of row-steps by accepted drafts), "acceptance" (per draft position d = 1..N - 1: of row-steps
-    that accepted d - 1 drafts and verified a deeper node, the share that accepted d: the
-    accepted histogram's conditional rates, a lower bound where a chosen size ends at depth d - 1),
+    (of row-steps at a size > 0 by accepted drafts), "acceptance" (per draft position d = 1..N - 1:
+    of those row-steps that accepted d - 1 drafts, the share that accepted d: the accepted
+    histogram's conditional rates, a lower bound where a chosen size ends at depth d - 1),
     "predicted_tokens" / "committed_tokens" and their "calibration_error" (predicted / committed
     - 1), and "predicted_tokens_per_s": the expected tokens over the cost model's time of the chosen
     steps (row-steps / batch_size x ms at each size)."""
@@ -99,7 +99,7 @@ def summed_sizing(tallies: list[dict | None], batch_size: int) -> dict | None:
     chosen = np.sum([t["chosen"] for t in tallies], axis=0)
     accepted = np.sum([t["accepted"] for t in tallies], axis=0)
     predicted = float(sum(t["predicted"] for t in tallies))
-    committed = float(np.sum((np.arange(len(accepted)) + 1) * accepted))
+    committed = float(np.sum((np.arange(len(accepted)) + 1) * accepted) + chosen[0])  # + steps without a draft
     at_least = np.cumsum(accepted[::-1])[::-1]  # row-steps that accepted >= d drafts
     acceptance = [float(at_least[d] / at_least[d - 1]) if at_least[d - 1] else None for d in range(1, len(accepted))]
     step_ms = tallies[0]["step_ms"]

@@ -328,7 +328,8 @@ class SpeculativeLoop:
         pick = active[:, None] & (jnp.arange(len(self.sizes)) == chosen)[None]
         tally = SizingTally(
             chosen=t.chosen + pick,
-            accepted=t.accepted + (active[:, None] & (jnp.arange(n + 1)[None] == res.num_accepted[:, None])),
+            accepted=t.accepted + ((active & (chosen > 0))[:, None]
+                                   & (jnp.arange(n + 1)[None] == res.num_accepted[:, None])),
             predicted=t.predicted + jnp.where(active, jnp.sum(jnp.where(pick, expected, 0.0), axis=1), 0.0))
         calibration = recalibrate(s.calibration, raw, dep, verified, accepted, active, ~skipped,
                                   res.num_accepted + 1, step_ms[chosen])
