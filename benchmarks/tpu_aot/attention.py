@@ -108,15 +108,16 @@ def _put(key: str, result: dict) -> None:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default=None, help="comma-separated row groups: prefill, b1, b32, memory")
+    ap.add_argument("--only", default=None, help="comma-separated key prefixes: a group (prefill, b1, b32, "
+                                                 "memory) or more, e.g. 'b32|8192|EAGLE-3 tree 16'")
     ap.add_argument("--row", default=None, help="price this one row in this process (used by the loop)")
     args = ap.parse_args(argv)
     if args.row:
         run_row(args.row)
         return
-    groups = None if args.only is None else set(args.only.split(","))
+    prefixes = None if args.only is None else tuple(args.only.split(","))
     for key in rows():
-        if key in _load()["rows"] or (groups and key.split("|")[0] not in groups):
+        if key in _load()["rows"] or (prefixes and not key.startswith(prefixes)):
             continue
         t0 = time.perf_counter()
         proc = subprocess.run([sys.executable, __file__, "--row", key], capture_output=True, text=True)
