@@ -31,8 +31,9 @@ def _f(x, fmt=".3f"):
 
 
 def _kernels(rec):
-    """e.g. "splash_causal x3 analytic" (the rolled / cut programs' calls: see attention.py)."""
-    return "; ".join(f"{k['name']} x{k['calls']} {k['source']}" for k in rec.get("kernels", [])) or "none"
+    """e.g. "splash_causal x1 analytic": calls in the compiled program (the rolled layer loop's
+    body once; a step's switch over tree sizes has one set per branch)."""
+    return aot.kernel_label(rec.get("kernels", []))
 
 
 def _matmul_flops(cfg, tokens: int, logits: int) -> float:

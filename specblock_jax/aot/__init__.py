@@ -9,6 +9,7 @@ each phase of its step cost by the TPU compiler's own model (an estimate, not a 
 Needs libtpu: `pip install 'specblock-jax[tpu]'` (docs/tpu_aot.md).
 """
 
+from specblock_jax.aot.cost import kernel_label
 from specblock_jax.aot.presets import PRESETS, load_preset, load_target_config, released_drafter
 from specblock_jax.aot.price import price_method
 from specblock_jax.aot.report import roofline_seconds
@@ -16,6 +17,6 @@ from specblock_jax.aot.topology import (CHIPS, MissingLibtpuError, UnknownTopolo
                                         require_libtpu, topology_mesh)
 
 __all__ = [
-    "CHIPS", "MissingLibtpuError", "PRESETS", "UnknownTopologyError", "get_topology", "load_preset",
+    "CHIPS", "MissingLibtpuError", "PRESETS", "UnknownTopologyError", "get_topology", "kernel_label", "load_preset",
     "load_target_config", "price_method", "released_drafter", "require_libtpu", "roofline_seconds", "topology_mesh",
 ]

@@ -101,8 +101,12 @@ def with_kernels(c: dict[str, float], kernels: list[dict], chip: Chip) -> dict[s
 
 
 def kernel_label(kernels: list[dict]) -> str:
-    """"-" or e.g. "splash_causal x36 analytic; cache_prefix x36 CostEstimate"."""
-    return "; ".join(f"{k['name']} x{k['calls']} {k['source']}" for k in kernels) or "-"
+    """"-" or e.g. "splash_causal x36 analytic; cache_prefix x36 CostEstimate" (calls summed over
+    the traces of one kernel, e.g. the branches of a switch)."""
+    calls: dict[tuple[str, str], int] = {}
+    for k in kernels:
+        calls[(k["name"], k["source"])] = calls.get((k["name"], k["source"]), 0) + k["calls"]
+    return "; ".join(f"{name} x{n} {source}" for (name, source), n in calls.items()) or "-"
 
 
 def costs(compiled) -> dict[str, float]:
