@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from attention import rows as wanted_rows  # the row list of the entry script beside this one
 from specblock_jax import aot
 
 HERE = Path(__file__).resolve().parent
@@ -50,13 +51,18 @@ def prefill(rows, cfg, chip) -> list[str]:
            "after kernels |", "|---|---|---|---|---|---|---|---|"]
     for ctx in (2048, 8192, 32768):
         b, a = _rec(rows, f"prefill|{ctx}|full", "prefill"), _rec(rows, f"prefill|{ctx}|cascade", "prefill")
+        mark = ""
+        if not b and ctx == 2048:  # results.md's prefill row (attention "full", unrolled, 2026-12-04)
+            res = json.loads((HERE / "results.json").read_text())["rows"]
+            b, mark = _rec(res, "phases|v5p:2x2x1|1|2048|target-only", "prefill"), " (c)"
         attn = 2 * 2 * cfg.num_heads * cfg.head_dim * ctx * (ctx + 1) / 2 * cfg.num_layers
         floor = 1000 * (_matmul_flops(cfg, ctx, 1) + attn) / 4 / (chip.bf16_tflops * 1e12)
         after = _ms(a)
         temp = [r.get("memory", {}).get("temp") for r in (b, a)]
-        out.append(f"| {ctx} | {_f(_ms(b))} | {_f(after)} | {floor:.3f} | {_f(after and after / floor, '.2f')} | "
+        out.append(f"| {ctx} | {_f(_ms(b))}{mark if b else ''} | {_f(after)} | {floor:.3f} | {_f(after and after / floor, '.2f')} | "
                    f"{_f(temp[0] and temp[0] / GB, '.2f')} | {_f(temp[1] and temp[1] / GB, '.2f')} | {_kernels(a)} |")
-    return out + [""]
+    return out + ["", "(c) results.md's prefill row (attention \"full\", layers unrolled, max_new 256, "
+                      "2026-12-04), where attention.py's own \"full\" row is not priced.", ""]
 
 
 def memory(rows) -> list[str]:
@@ -84,6 +90,10 @@ def batch1(rows) -> tuple[list[str], dict]:
            "tree_forward, the target's forward over the tree)", "",
            "| method | verify before | verify after | step before | step after | after kernels |",
            "|---|---|---|---|---|---|"]
+    tail = ["", "Before cells marked (a) are benchmarks/specblock_cost/after.json / priced.json (2026-12-07, "
+                "attention \"full\", max_new 128, an earlier code state), (b) results.json's breakdown row "
+                "(2026-12-04, max_new 256): where attention.py's own \"full\" row is not priced yet."]
+    committed = _committed_b1()
     got = {}
     for label, method in (("target-only", "ar"), ("prompt lookup", "prompt_lookup"), ("EAGLE-3 tree 16", "eagle3"),
                           ("EAGLE-3 paper tree 61", "eagle3:depth=8:top_k=10:num_nodes=61"),
@@ -93,6 +103,9 @@ def batch1(rows) -> tuple[list[str], dict]:
             for attn in ("full", "cascade"):
                 got[(label, phase, attn)] = _ms(_rec(rows, f"b1|2048|{label}|{attn}", phase))
                 cells.append(_f(got[(label, phase, attn)]))
+                if attn == "full" and got[(label, phase, attn)] is None and (label, phase) in committed:
+                    got[(label, phase, attn)] = committed[(label, phase)][0]
+                    cells[-1] = f"{committed[(label, phase)][0]:.3f} {committed[(label, phase)][1]}"
         step = "target_step" if method == "ar" else "spec_step"
         out.append(f"| {label} | " + " | ".join(cells) + f" | {_kernels(_rec(rows, f'b1|2048|{label}|cascade', step))} |")
     out.append("")
@@ -102,20 +115,48 @@ def batch1(rows) -> tuple[list[str], dict]:
         out.append(f"- {'before' if attn == 'full' else 'after'}: 61-node verify / 16-node verify = "
                    f"{_f(v61 and v16 and v61 / v16, '.2f')} (must show <= 1.1); 8-node verify / one-token step = "
                    f"{_f(v8 and one and v8 / one, '.2f')} (<= 1.1)")
-    return out + [""], got
+    return out + tail + [""], got
+
+
+def _committed_b1() -> dict:
+    """Before-figures committed earlier with attention "full" (layers unrolled, v5p, batch 1,
+    context 2048), for rows attention.py has not priced: (label, phase) -> (ms, mark)."""
+    out = {}
+    after = json.loads((ROOT / "benchmarks/specblock_cost/after.json").read_text())["methods"]
+    names = {"specblock": "SpecBlock shipped tree 16", "eagle3": "EAGLE-3 tree 16",
+             "eagle3:depth=8:top_k=10:num_nodes=61": "EAGLE-3 paper tree 61"}
+    for m, label in names.items():
+        for phase in ("tree_forward", "spec_step"):
+            out[(label, phase)] = (after[m]["phases"][phase]["ms"], "(a)")
+    priced = json.loads((ROOT / "benchmarks/specblock_cost/priced.json").read_text())
+    out[("target-only", "target_step")] = (priced["target_step_ms"], "(a)")
+    res = json.loads((HERE / "results.json").read_text())["rows"]
+    pl = res.get("breakdown|v5p:2x2x1|1|2048|prompt lookup", {}).get("phases", {}).get("tree_forward", {})
+    if pl.get("compiled"):
+        out[("prompt lookup", "tree_forward")] = (_ms(pl), "(b)")
+    return out
+
+
+def _committed_b32(ctx: int, label: str) -> float | None:
+    """The step results.md priced with attention "full" (2026-12-04/05, max_new 256, unrolled)."""
+    row = json.loads((HERE / "results.json").read_text())["rows"].get(f"phases|v5p:2x2x1|32|{ctx}|{label}", {})
+    return _ms(row.get("phases", {}).get("target_step" if label == "target-only" else "spec_step", {}))
 
 
 def batch32(rows, cfg, chip) -> list[str]:
     taus = {r.get("label"): r.get("tau") for r in json.loads((HERE / "results.json").read_text())["rows"].values()}
     out = ["**Batch 32, v5p:2x2x1** (step ms per chip; priced speedup = tau x target-only step / step, tau of "
-           "the miniature at batch 1 as in results.md)", "",
+           "the miniature at batch 1 as in results.md; max_new 256; where attention.py's \"full\" row is not "
+           "priced, before = results.md's row, attention \"full\", 2026-12-04/05, an earlier code state)", "",
            "| context | method | tau | step before | step after | speedup before | speedup after |",
            "|---|---|---|---|---|---|---|"]
     for ctx in (2048, 8192):
         ar = {a: _ms(_rec(rows, f"b32|{ctx}|target-only|{a}", "target_step")) for a in ("full", "cascade")}
+        ar["full"] = ar["full"] if ar["full"] is not None else _committed_b32(ctx, "target-only")
         for label in ("target-only", "prompt lookup", "EAGLE-3 tree 16", "SpecBlock shipped tree 16", "DFlash block 8"):
             phase = "target_step" if label == "target-only" else "spec_step"
             step = {a: _ms(_rec(rows, f"b32|{ctx}|{label}|{a}", phase)) for a in ("full", "cascade")}
+            step["full"] = step["full"] if step["full"] is not None else _committed_b32(ctx, label)
             tau = taus.get(label)
             sp = {a: tau * ar[a] / step[a] if tau and ar[a] and step[a] else None for a in step}
             out.append(f"| {ctx} | {label} | {_f(tau, '.2f')} | {_f(step['full'])} | {_f(step['cascade'])} | "
@@ -128,6 +169,7 @@ def batch32(rows, cfg, chip) -> list[str]:
     flops_ms = 1000 * _matmul_flops(cfg, 32 * 16, 32 * 16) / 4 / (chip.bf16_tflops * 1e12)
     bytes_ms = 1000 * (weights + cache) / 4 / (chip.hbm_gbps * 1e9)
     e = {a: _ms(_rec(rows, f"b32|8192|EAGLE-3 tree 16|{a}", "spec_step")) for a in ("full", "cascade")}
+    e["full"] = e["full"] if e["full"] is not None else _committed_b32(8192, "EAGLE-3 tree 16")
     floor = max(flops_ms, bytes_ms)
     out += ["", f"EAGLE-3's 16-node step at batch 32, 8k: floor = max({flops_ms:.2f} ms of matrix FLOPs, "
                 f"{bytes_ms:.2f} ms reading weights and cache once) = {floor:.2f} ms; priced step before "
@@ -174,8 +216,10 @@ def main() -> None:
     lines = ["# Issue 66: attention before / after, priced (TPU compiler estimates)", "",
              "Before = `attention=\"full\"` (dense softmax over a [B, T, S] mask, the whole cache: every table of "
              "results.md); after = `attention=\"cascade\"` (models/attention.py: splash attention for prompts, the "
-             "committed-prefix Pallas kernel plus the [T, T] tree part merged by log-sum-exp for steps). Both "
-             "compiled by libtpu from this CPU in one code state (`python benchmarks/tpu_aot/attention.py`); "
+             "committed-prefix Pallas kernel plus the [T, T] tree part merged by log-sum-exp for steps). Rows "
+             "that attention.py priced (`python benchmarks/tpu_aot/attention.py`) are one code state, compiled by "
+             "libtpu from this CPU; cells marked (a), (b), (c) are earlier committed figures, where its own row is "
+             "missing (the rows still unpriced are listed at the end); "
              "Qwen3-8B bf16, all 4 chips tensor-parallel; step costs from the layers-unrolled programs, prefill costs "
              "from 2- and 3-layer cuts extrapolated to 36 layers (`accounting=\"multiplied\"`: FLOPs exact, bytes "
              "rough, aot/price.py), memory from the rolled program. Kernel costs: splash's is analytic "
@@ -184,6 +228,10 @@ def main() -> None:
     lines += prefill(rows, cfg, chip) + memory(rows)
     b1, _ = batch1(rows)
     lines += b1 + batch32(rows, cfg, chip) + issue57(rows)
+    missing = [k for k in wanted_rows() if k not in rows]
+    failed = [f"{k} ({v['error'][:120]})" for k, v in rows.items() if "error" in v]
+    lines += [f"Rows not priced yet ({len(missing)}): {', '.join(missing) or 'none'}.", "",
+              f"Rows whose compile failed: {'; '.join(failed) or 'none'}."]
     print("\n".join(lines))
 
 
