@@ -180,7 +180,8 @@ def test_greedy_tree_decoding_equals_target_only(target, task, dparams, batch):
     assert np.mean([s.stats.tau for s in spec]) > 1.1  # drafts are accepted (a random drafter)
 
 
-@pytest.mark.parametrize("mode", ["greedy", pytest.param("auto", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("mode", ["greedy", "auto"])
+@pytest.mark.slow
 def test_tree_sampling_matches_the_target_distribution(target, task, mode):
     """6000 rows of 3 new tokens (the speculative step commits t2 and t3 when it accepts a draft):
     their joint follows the target's under the real verifier, and the same draws through the wrong
