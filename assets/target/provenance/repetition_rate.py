@@ -1,6 +1,6 @@
 """Repetition rate of greedy completions: the share of repeated token 4-grams.
 
-    python benchmarks/target_v2/repetition_rate.py outputs/humaneval/outputs_ar_T0_b1.jsonl [...]
+    python assets/target/provenance/repetition_rate.py outputs/humaneval/outputs_ar_T0_b1.jsonl [...]
 
 Per completion (a `specblock-bench` / `specblock-decode` output line with `token_ids`): 1 - distinct
 4-grams / 4-grams; printed as the mean over completions with at least one 4-gram, with the share
