@@ -125,11 +125,12 @@ def sample_rows(target, drafter, drafter_params, prompt, *, draws, max_new, seed
     (the same draws for every variant): by the speculative loop verified by VARIANTS[variant], or
     target-only when drafter is None. Returns tokens [draws, max_new] and each row's decoding
     forwards [draws]. One compile per (drafter, draws, max_new, prompt length) serves every variant
-    and sampling setting. step_ms: step sizing's cost per menu size (default: none, so every
-    step verifies the largest useful size)."""
+    and sampling setting. step_ms: step sizing's cost per menu size (with it the loop sizes its
+    steps, decoding/sizing.py; default: the drafter's own sizing, fixed unless it says "auto")."""
     nodes = 0 if drafter is None else drafter.num_nodes
     loop = make_loop(graphdef=target.graphdef, cfg=target.config, drafter=drafter,
-                     cache_len=len(prompt) + max_new + nodes, max_new=max_new)
+                     cache_len=len(prompt) + max_new + nodes, max_new=max_new,
+                     sizing=None if step_ms is None else "auto")
     if step_ms is not None:
         loop = dataclasses.replace(loop, step_ms=tuple(step_ms))
     inputs = LoopInputs(jnp.broadcast_to(jnp.asarray(prompt, jnp.int32), (draws, len(prompt))),

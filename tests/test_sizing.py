@@ -142,7 +142,7 @@ def test_sampling_matches_the_target_distribution_at_pruned_sizes(small_vocab_ta
     wrong verifiers rejected on the same draws."""
     target, prompt = small_vocab_target, [1, 2, 3]
     logits = perturbed_bigram_logits(target, prompt, noise=0.5)
-    drafter = TableTreeDrafter(parents=(-1, 0, 0, 0, 1, 1, 2, 4), ranks=(0, 0, 1, 2, 0, 1, 0, 0))  # sizing: auto
+    drafter = TableTreeDrafter(parents=(-1, 0, 0, 0, 1, 1, 2, 4), ranks=(0, 0, 1, 2, 0, 1, 0, 0))  # sized: step_ms
     exact = exact_joint(target, prompt)
     pvalues, accepted = [], []
     for variant in range(len(VARIANTS)):

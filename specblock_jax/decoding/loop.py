@@ -40,7 +40,7 @@ def make_loop(*, graphdef: Any, cfg: ModelConfig, drafter: Any = None, max_new: 
     holds `cache_len` slots, or, given the prompt bucket `prompt_len` instead, room for it, max_new
     and a tree (models/kv_cache.py `cache_length`). A continuous-batching `stream`'s history is as
     wide as its prompt bucket's (prompt_len + max_new + N), so rows from shorter buckets fit.
-    `sizing` ("auto" or "fixed"; None: the drafter's own `sizing` setting, else "auto"): whether
+    `sizing` ("auto" or "fixed"; None: the drafter's own `sizing` setting, else "fixed"): whether
     each step chooses how much of the tree to verify (decoding/sizing.py; the loop's step costs
     are attached apart, decoding/step_costs.py) or always verifies N nodes.
     This is the one place that tells target-only
@@ -58,7 +58,7 @@ def make_loop(*, graphdef: Any, cfg: ModelConfig, drafter: Any = None, max_new: 
         if collect:
             raise ValueError("collect needs a drafter (target-only decoding has no features)")
         return TargetLoop(graphdef=graphdef, cfg=cfg, cache_len=cache_len, max_new=max_new)
-    sizing = sizing or getattr(drafter, "sizing", "auto")
+    sizing = sizing or getattr(drafter, "sizing", "fixed")
     if sizing not in SIZINGS:
         raise ValueError(f"sizing must be one of {SIZINGS}, got {sizing!r}")
     # a drafter whose rows choose their size at the prefill (BlockPilot) keeps its own sizes

@@ -193,7 +193,7 @@ class DFlashDrafter:
     draft_temperature: float = 1.0
     num_nodes: int = 0
     candidates: int = 0
-    sizing: str = "auto"  # step sizing (decoding/sizing.py): "auto" or "fixed" (always num_nodes)
+    sizing: str = "fixed"  # "auto": step sizing (decoding/sizing.py); "fixed": always num_nodes
 
     def __post_init__(self):
         if self.draft_mode not in DRAFT_MODES:

@@ -26,7 +26,7 @@ class PromptLookup:
     min_ngram: int = 1
     max_children: int = 1
     hidden_ids: tuple[int, ...] = ()
-    sizing: str = "auto"  # step sizing (decoding/sizing.py): "auto" or "fixed" (always num_nodes)
+    sizing: str = "fixed"  # "auto": step sizing (decoding/sizing.py); "fixed": always num_nodes
 
     forwards_per_step = property(lambda self: 0)  # no network forwards
 
