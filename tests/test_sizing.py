@@ -198,3 +198,25 @@ def test_the_cost_model_is_measured_once_then_read_from_the_cache(small_vocab_ta
     before = compilation_count()
     again = step_costs.attach_costs(loop, target.params, (), inputs)
     assert again.step_ms == measured.step_ms and compilation_count() == before
+
+
+def test_generate_with_sizing_reports_each_rows_tally_through_refill(small_vocab_target):
+    """sbj.generate with a drafter set to sizing="auto", through continuous batching (5 requests
+    in 2 rows): tokens equal target-only's, and each row's stats.sizing counts its steps (steps at
+    size 0 + steps by accepted drafts = its decoding forwards) with committed tokens >= its new
+    tokens minus the prefill's."""
+    import specblock_jax as sbj
+
+    rng = np.random.default_rng(5)
+    prompts = [rng.integers(0, V, 12).tolist() for _ in range(5)]
+    opts = sbj.DecodeOptions(batch_size=2)
+    ar = sbj.generate(small_vocab_target, prompts, max_new_tokens=12, options=opts)
+    drafter = sbj.LoadedDrafter(RandomTreeDrafter(6, V, sizing="auto"), ())
+    spec = sbj.generate(small_vocab_target, prompts, drafter=drafter, max_new_tokens=12, options=opts)
+    for a, s in zip(ar, spec):
+        assert s.token_ids == a.token_ids
+        z = s.stats.sizing
+        assert z["sizes"] == [0, 2, 4, 6] and len(z["chosen"]) == 4
+        assert z["chosen"][0] + sum(z["accepted"]) == s.stats.target_forwards - 1
+        committed = sum((i + 1) * c for i, c in enumerate(z["accepted"])) + z["chosen"][0]
+        assert committed >= len(s.token_ids) - 1
