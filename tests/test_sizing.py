@@ -135,11 +135,11 @@ def test_greedy_output_is_target_only_while_sizes_switch(small_vocab_target, bat
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("costs", [(1.0, 1.0, 1.0, 9.0), (1.0, 1.01, 9.0, 9.0)], ids=["prune-to-4", "prune-to-2"])
+@pytest.mark.parametrize("costs", [(1.0, 1.0, 1.0, 2.5), (1.0, 1.0, 2.5, 5.0)], ids=["prune-to-4", "prune-to-2"])
 def test_sampling_matches_the_target_distribution_at_pruned_sizes(small_vocab_target, costs):
     """The single-step chi-square test (test_speculative.py) with the step verifying a pruned tree
     (the 8-node tree cut to 4 or 2 nodes by the cost curve): the target's joint still, and the
-    wrong verifiers rejected on the same draws."""
+    wrong verifiers rejected on the same draws (the residual's error only where siblings remain)."""
     target, prompt = small_vocab_target, [1, 2, 3]
     logits = perturbed_bigram_logits(target, prompt, noise=0.5)
     drafter = TableTreeDrafter(parents=(-1, 0, 0, 0, 1, 1, 2, 4), ranks=(0, 0, 1, 2, 0, 1, 0, 0))  # sized: step_ms
@@ -151,7 +151,9 @@ def test_sampling_matches_the_target_distribution_at_pruned_sizes(small_vocab_ta
         pvalues.append(chi_square_pvalue(joint_counts(tokens), exact))
         accepted.append(np.mean(forwards == 1))
     assert pvalues[0] > 1e-3
-    assert pvalues[1] < 1e-6 and pvalues[2] < 1e-6
+    assert pvalues[1] < 1e-6
+    if costs[2] == 1.0:  # 4 nodes keep the root's three children; cut to 2 nodes (one child), no
+        assert pvalues[2] < 1e-6  # sibling is ever tried after a rejection: VARIANTS[2] cannot show
     assert accepted[0] > 0.3  # drafts of the pruned tree really were accepted
 
 
