@@ -210,7 +210,11 @@ def build_rank_tree(s: RankTreeSettings, root: jax.Array, top: TopTokens, cls: j
 
             def skip(carry=carry, shape=shape):
                 top_s, c_s = shape[1], shape[2]
-                return (carry, TopTokens(jnp.full(top_s.logp.shape, -jnp.inf, top_s.logp.dtype),
+                # the carry keeps what it had; parts a block would have grown (a later level's leaf
+                # data, read only by later blocks, which a skipped level skips too) become zeros
+                kept = jax.tree.map(lambda x, t: x if x.shape == t.shape and x.dtype == t.dtype
+                                    else jnp.zeros(t.shape, t.dtype), carry, shape[0])
+                return (kept, TopTokens(jnp.full(top_s.logp.shape, -jnp.inf, top_s.logp.dtype),
                                          jnp.zeros(top_s.ids.shape, top_s.ids.dtype)),
                         jnp.zeros(c_s.shape, c_s.dtype))
             go = jnp.max(jnp.where(alive, score, -jnp.inf)) > jnp.log(floor)
