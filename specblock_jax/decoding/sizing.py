@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from specblock_jax.trees.tree import DraftTree
+from specblock_jax.trees.tree import DraftTree, chain_parents
 
 PRIOR = 1.0  # pseudo-count of the per-depth calibration (1 predicted, 1 realised: factor 1)
 DECAY = 0.95  # per verified step: the calibration follows a request's drift
@@ -194,7 +194,7 @@ def root_only(shape: DraftTree, root: jax.Array) -> DraftTree:
     valid: what a step that skips drafting verifies."""
     b, n = shape.tokens.shape
     zeros = lambda x: None if x is None else jnp.zeros(x.shape, x.dtype)  # noqa: E731
-    parents = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32) - 1, (b, n))
+    parents = chain_parents(b, n)
     valid = jnp.zeros((b, n), bool).at[:, 0].set(True)
     scores = None if shape.scores is None else jnp.zeros(shape.scores.shape, shape.scores.dtype).at[:, 0].set(1)
     tokens = jnp.zeros((b, n), shape.tokens.dtype).at[:, 0].set(root.astype(shape.tokens.dtype))
