@@ -62,10 +62,10 @@ def tree_forward_phase(loop, plan, params, tree, root, cache):
         return loop.tree_forward(params, tree, root, cache)
 
 
-def verify_phase(loop, plan, s: SpeculativeState, tree, anc, logits, cache, stop_ids):
-    """`verify_commit` on a state without its pre-forward cache and drafter state."""
+def verify_phase(loop, plan, s: SpeculativeState, tree, anc, logits, new_kv, stop_ids):
+    """`verify_commit` on a state without its drafter state, with the tree forward's new K/V."""
     with use_plan(plan):
-        return loop.verify_commit(s, tree, anc, logits, cache, stop_ids, step_keys(s.keys, s.step))
+        return loop.verify_commit(s, tree, anc, logits, new_kv, stop_ids, step_keys(s.keys, s.step))
 
 
 def update(loop, plan, dparams, dstate, ctx, result, hidden):

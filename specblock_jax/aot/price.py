@@ -145,11 +145,11 @@ def run_chain(variant: cost.Variant, plan: ShardingPlan, batch: int, context: in
                       (dparams, s.drafter_state, ctx, s.keys, s.step), donate=(1,))
     tree, dstate = (prop, prop) if prop is None or isinstance(prop, _Failed) else prop
     fwd_out = chain.step("tree_forward", phases.tree_forward_phase,
-                         (params, tree, s.root, s.cache), donate=(3,))
+                         (params, tree, s.root, s.cache))  # the cache is only read
     tree2, anc, fwd = (fwd_out,) * 3 if fwd_out is None or isinstance(fwd_out, _Failed) else fwd_out
-    part = s._replace(cache=None, drafter_state=None)
+    part = s._replace(drafter_state=None)
     c = chain.step("verify_commit", phases.verify_phase,
-                   (part, tree2, anc, _field(fwd, "logits"), _field(fwd, "cache"), stop_ids), donate=(0, 4))
+                   (part, tree2, anc, _field(fwd, "logits"), _field(fwd, "new_kv"), stop_ids), donate=(0, 4))
     chain.step("update", phases.update,
                (dparams, dstate, _field(c, "ctx"), _field(c, "result"), _field(fwd, "hidden")), donate=(1,))
     chain.step("spec_step", phases.spec_step_phase, (params, dparams, s, stop_ids), donate=(2,))

@@ -33,7 +33,7 @@ from specblock_jax.decoding.sizing import (Calibration, SizingTally, calibrated,
                                            to_full)
 from specblock_jax.drafters.base import DraftContext, Prefill, advance_state
 from specblock_jax.models.config import ModelConfig
-from specblock_jax.models.kv_cache import KVCache
+from specblock_jax.models.kv_cache import KVCache, take_path
 from specblock_jax.models.transformer import apply
 from specblock_jax.parallel.activation import constrain_drafter_state
 from specblock_jax.trees.tree import DraftTree, ancestor_mask, check_tree, depths
@@ -79,7 +79,8 @@ class Committed(NamedTuple):
     """What `verify_commit` leaves for the rest of the step."""
     result: VerifyResult
     ctx: DraftContext  # the context after the commit (the drafter's `update` reads it)
-    cache: KVCache
+    cache: KVCache | None  # the state's cache with the accepted path appended
+    kept: tuple[jax.Array, jax.Array]  # (k, v) [L, B, M, K, D] the path's K/V (`KVCache.append`)
     out: jax.Array
     history: jax.Array
     hist_len: jax.Array
@@ -171,21 +172,23 @@ class SpeculativeLoop:
 
     def tree_forward(self, params, tree: DraftTree, root, cache: KVCache):
         """Step 2: the target forward over the tree with `root` [B] written into node 0, hidden
-        states at the drafter's layers. Returns (tree with the root, its ancestor mask [B, N, N]
-        (built once; the verifier reuses it), the forward's ForwardOutput)."""
+        states at the drafter's layers. The cache is only read: the nodes' K/V come back as the
+        output's `new_kv` (the commit appends the accepted path's). Returns (tree with the root,
+        its ancestor mask [B, N, N] (built once; the verifier reuses it), the forward's
+        ForwardOutput)."""
         tree = tree._replace(tokens=tree.tokens.at[:, 0].set(root))
         anc = ancestor_mask(tree.parents)
         positions = cache.lengths[:, None] + depths(anc)
         return tree, anc, apply(self.graphdef, params, tree.tokens, positions, anc, cache,
-                                hidden_ids=tuple(self.drafter.hidden_ids))
+                                hidden_ids=tuple(self.drafter.hidden_ids), write_cache=False)
 
-    def verify_commit(self, s: SpeculativeState, tree: DraftTree, anc, logits, cache: KVCache, stop_ids,
+    def verify_commit(self, s: SpeculativeState, tree: DraftTree, anc, logits, new_kv, stop_ids,
                       key) -> Committed:
         """Steps 3-4 for the rows of state `s`: verification of the tree (with its ancestor mask
         [B, N, N] and the target's logits [B, N, V]; greedy, or rejection sampling with the step's
-        keys [B]) and the commit: `cache` (the tree forward's) keeps the root and the accepted path
-        (inactive rows keep nothing), the new tokens are written, cut at a stop token or the
-        budget."""
+        keys [B]) and the commit: the state's cache gets the root's and the accepted path's K/V
+        from the tree forward's new_kv [L, B, N, K, D] (inactive rows keep nothing), the new
+        tokens are written, cut at a stop token or the budget."""
         n = tree.tokens.shape[1]
         active = ~s.done
         if self.greedy:
@@ -193,7 +196,8 @@ class SpeculativeLoop:
         else:
             logp = sampling_logprobs(logits, s.sampling)
             res = verify_sampling(tree, logp, step_keys(key, 2), self.drafter.max_children, anc)
-        cache = cache.compact(res.path, jnp.where(active, res.num_accepted + 1, 0))
+        kept = take_path(new_kv, res.path)
+        cache = s.cache.append(*kept, jnp.where(active, res.num_accepted + 1, 0))
         idx = jnp.arange(n)[None, :]
         count = res.num_accepted + 1
         is_stop = jnp.isin(res.new_tokens, stop_ids) & (idx < count[:, None])
@@ -207,7 +211,7 @@ class SpeculativeLoop:
         generated = s.generated + take
         hit = active & has_stop & (upto <= room)
         return Committed(result=res, ctx=DraftContext(history, hist_len, res.bonus, cache.lengths), cache=cache,
-                         out=out, history=history, hist_len=hist_len, generated=generated,
+                         kept=kept, out=out, history=history, hist_len=hist_len, generated=generated,
                          done=s.done | hit | (generated >= s.budgets), stopped=s.stopped | hit)
 
     def start(self, params, drafter_params, inputs: LoopInputs) -> SpeculativeState:
@@ -269,7 +273,7 @@ class SpeculativeLoop:
         else:
             tree, dstate = propose()
             tree, anc, fwd = self.tree_forward(params, tree, s.root, s.cache)
-            c, hidden = self.verify_commit(s, tree, anc, fwd.logits, fwd.cache, stop_ids, key), fwd.hidden
+            c, hidden = self.verify_commit(s, tree, anc, fwd.logits, fwd.new_kv, stop_ids, key), fwd.hidden
         feats = s.features
         if self.collect:  # the accepted path's hidden states, at the root's history position onward
             path_hidden = jnp.take_along_axis(hidden, c.result.path[:, :, None, None], axis=1)
@@ -310,17 +314,20 @@ class SpeculativeLoop:
             def run():
                 sub, sel = prune(tree, p, k)
                 sub, sub_anc, fwd = self.tree_forward(params, sub, s.root, s.cache)
-                c = self.verify_commit(s, sub, sub_anc, fwd.logits, fwd.cache, stop_ids, key)
+                c = self.verify_commit(s, sub, sub_anc, fwd.logits, fwd.new_kv, stop_ids, key)
                 res = c.result
                 pad = ((0, 0), (0, n - sel.shape[1]))
                 path = jnp.pad(jnp.take_along_axis(sel, res.path, axis=1), pad)
                 new = jnp.pad(res.new_tokens, pad, constant_values=-1)
-                c = c._replace(result=res._replace(path=path, new_tokens=new))
+                # the cache is appended after the switch: a branch that returned it would copy it
+                kept = tuple(jnp.pad(x, ((0, 0),) * 2 + pad[1:] + ((0, 0),) * 2) for x in c.kept)
+                c = c._replace(result=res._replace(path=path, new_tokens=new), cache=None, kept=kept)
                 hidden = None if fwd.hidden is None else to_full(fwd.hidden, sel, n, 0)
                 return c, hidden, to_full(sub.valid, sel, n, False)
             return run
 
         c, hidden, verified = jax.lax.switch(chosen, [at_size(k) for k in self.sizes])
+        c = c._replace(cache=s.cache.append(*c.kept, c.ctx.cache_len - s.cache.lengths))
         res = c.result
         on_path = jnp.arange(n)[None, :] <= res.num_accepted[:, None]
         accepted = jnp.zeros((b, n), bool).at[jnp.arange(b)[:, None], res.path].max(on_path)

@@ -78,14 +78,14 @@ def _propose(loop: SpeculativeLoop, drop_probs, params, state, ctx: DraftContext
     return tree, state
 
 
-def _verify(loop: SpeculativeLoop, s: SpeculativeState, tree, anc, logits, cache, stop_ids):
-    return loop.verify_commit(s, tree, anc, logits, cache, stop_ids, step_keys(s.keys, s.step))
+def _verify(loop: SpeculativeLoop, s: SpeculativeState, tree, anc, logits, new_kv, stop_ids):
+    return loop.verify_commit(s, tree, anc, logits, new_kv, stop_ids, step_keys(s.keys, s.step))
 
 
 def _verify_part(s: SpeculativeState) -> SpeculativeState:
-    """The state without what verification does not read (the cache before the tree forward, the
-    drafter state): donated whole, it then hands over only what the loop updates in place."""
-    return s._replace(cache=None, drafter_state=None)
+    """The state without what verification does not read (the drafter state): donated whole, it
+    then hands over only what the loop updates in place (the cache gets the accepted path)."""
+    return s._replace(drafter_state=None)
 
 
 def _update(loop: SpeculativeLoop, params, state, ctx, result, hidden):
@@ -215,8 +215,8 @@ def _measure(loop: DecodeLoop, params, dparams, inputs: LoopInputs, reps, static
             by_greedy.add("propose")
         tree, dstate = run("propose", _propose, (loop, drop), propose_args, (1,))
         tree, anc, fwd = run("tree_forward", SpeculativeLoop.tree_forward, (loop,), (params, tree, s.root, s.cache),
-                             (3,))
-        c = run("verify", _verify, (loop,), (_verify_part(s), tree, anc, fwd.logits, fwd.cache, inputs.stop_ids),
+                             ())  # the cache is only read
+        c = run("verify", _verify, (loop,), (_verify_part(s), tree, anc, fwd.logits, fwd.new_kv, inputs.stop_ids),
                 (0, 4))
         if "update" in todo:
             run("update", _update, (loop,), (dparams, dstate, c.ctx, c.result, fwd.hidden), (1,))

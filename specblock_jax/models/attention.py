@@ -106,20 +106,33 @@ def attend_prefix(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
 
 
 def attend_stacked(q: jax.Array, k: jax.Array, v: jax.Array, layer: jax.Array, mask: jax.Array,
-                   kv_len: jax.Array | None) -> jax.Array:
+                   kv_len: jax.Array | None, fresh: tuple | None = None) -> jax.Array:
     """`attend` over layer `layer` [] int32 of a stacked heads-first cache k/v [L, B, K, S, D], its
     first kv_len slots (None: all S): each length bucket slices just its prefix of that layer, so
-    a step reads and copies O(kv_len) slots, never the whole cache."""
+    a step reads and copies O(kv_len) slots, never the whole cache. fresh (k_new, v_new [B, T, K, D],
+    starts [B]): new K/V the cache does not hold, written into the sliced copy at starts (the cache
+    itself is only read)."""
     _, b, kh, s, d = k.shape
 
     def prefix(n, q, k, v, m):
         kn = jax.lax.dynamic_slice(k, (layer, 0, 0, 0, 0), (1, b, kh, n, d))[0]
         vn = jax.lax.dynamic_slice(v, (layer, 0, 0, 0, 0), (1, b, kh, n, d))[0]
+        if fresh is not None:
+            k_new, v_new, starts = fresh
+            kn, vn = write_heads_first(kn, k_new, starts), write_heads_first(vn, v_new, starts)
         return attend_heads_first(q, kn, vn, m[..., :n])
 
     if kv_len is None:
         return prefix(s, q, k, v, mask)
     return switch_on_length(kv_len, s, prefix, q, k, v, mask)
+
+
+def write_heads_first(cache: jax.Array, new: jax.Array, starts: jax.Array) -> jax.Array:
+    """new [B, T, K, D] written at slot starts[b] of a heads-first cache [B, K, S, D]
+    (starts[b] + T <= S)."""
+    def one(c, x, st):  # c [K, S, D], x [T, K, D]
+        return jax.lax.dynamic_update_slice(c, jnp.swapaxes(x, 0, 1).astype(c.dtype), (0, st, 0))
+    return jax.vmap(one)(cache, new, starts)
 
 
 def attend_heads_first(q, kt, vt, mask):
@@ -167,9 +180,11 @@ def is_prompt(mask: jax.Array, lengths: jax.Array) -> jax.Array:
 
 
 def attend_cache(q: jax.Array, k_new: jax.Array, v_new: jax.Array, mask: jax.Array | None, k_cache: jax.Array,
-                 v_cache: jax.Array, layer: jax.Array, lengths: jax.Array, mode: str) -> jax.Array:
-    """The target's attention over layer `layer` [] int32 of its stacked cache k/v [L, B, K, S, D],
-    which already holds the new K/V k_new/v_new [B, T, K, D] at slots lengths[b] .. + T - 1.
+                 v_cache: jax.Array, layer: jax.Array, lengths: jax.Array, mode: str, written: bool = True
+                 ) -> jax.Array:
+    """The target's attention over layer `layer` [] int32 of its stacked cache k/v [L, B, K, S, D]
+    and the new K/V k_new/v_new [B, T, K, D], which the cache already holds at slots
+    lengths[b] .. + T - 1 when `written` (else it is only read: a tree verify leaves it untouched).
 
     q [B, T, N, D]; mask [B, T, T] among the new tokens, or None for a prompt (`is_prompt`: causal,
     the cache empty); lengths [B] committed slots (all visible to every query). -> [B, T, N, D] in
@@ -183,7 +198,8 @@ def attend_cache(q: jax.Array, k_new: jax.Array, v_new: jax.Array, mask: jax.Arr
     t, s = q.shape[1], k_cache.shape[3]
     if cache_path(mode, t, s) == "dense":
         kv_len = jnp.max(lengths) + t if mode == "bucketed" else None
-        return attend_stacked(q, k_cache, v_cache, layer, cache_mask(mask, lengths, s), kv_len)
+        fresh = None if written else (k_new, v_new, lengths)
+        return attend_stacked(q, k_cache, v_cache, layer, cache_mask(mask, lengths, s), kv_len, fresh)
     # the TPU kernel for the committed part, except in a prompt-sized forward: there it sits in
     # the branch a prompt does not take, yet aot adds kernel costs per call in the program
     kernel = platform() == "tpu" and tpu_attention.supported(q.shape[-1], s) and t < PREFILL_ROWS

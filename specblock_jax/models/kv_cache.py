@@ -4,7 +4,8 @@ One k and one v buffer for all layers, each [L, B, K, S, D] (kv heads before slo
 attention dot reads, so a step never transposes the cache; S = max_len fixed at creation); `lengths[b]`
 counts the committed slots of sequence b. A forward writes its T new tokens at slots
 lengths[b] .. lengths[b] + T - 1 without advancing `lengths`; the caller then commits them with
-`advance` (plain decoding) or keeps a chosen subset with `compact` (tree verification).
+`advance` (plain decoding). A tree verify only reads the cache (`apply(write_cache=False)`) and
+commits its accepted path's K/V with `append`.
 Pass the cache through jit boundaries as a donated argument.
 """
 
@@ -35,23 +36,24 @@ class KVCache(NamedTuple):
         """Commits n [B] (or scalar) freshly written slots per sequence."""
         return self._replace(lengths=self.lengths + jnp.asarray(n, jnp.int32))
 
-    def compact(self, keep: jax.Array, count: jax.Array) -> "KVCache":
-        """Keeps a subset of the freshly written slots and commits it.
+    def append(self, k_new: jax.Array, v_new: jax.Array, count: jax.Array) -> "KVCache":
+        """Commits new K/V rows k_new/v_new [L, B, M, K, D] (e.g. a tree's accepted path, `take_path`)
+        at slots lengths[b] .. + M - 1 and advances lengths by count [B] <= M: rows past count are
+        written but stay invisible. Requires lengths[b] + M <= max_len."""
+        put = jax.vmap(lambda c, x, s: jax.lax.dynamic_update_slice(c, x, (0, 0, s, 0)), in_axes=(1, 1, 0),
+                       out_axes=1)  # c [L, K, S, D], x [L, K, M, D] per row
 
-        keep [B, M] int32: offsets (relative to lengths[b]) of the fresh slots to keep, in order;
-        count [B]: how many of them are real (entries past count are ignored).
-        Afterwards slot lengths[b] + i holds what slot lengths[b] + keep[b, i] held, for i < count[b],
-        and lengths advances by count. Requires lengths[b] + M <= max_len.
-        """
-        src = self.lengths[:, None] + keep.astype(jnp.int32)  # [B, M]
+        def write(buf, new):
+            return put(buf, jnp.swapaxes(new, 2, 3).astype(buf.dtype), self.lengths)
 
-        def move(buf):  # [L, B, K, S, D]
-            rows = jnp.take_along_axis(buf, src[None, :, None, :, None], axis=3)  # gather first
-            put = jax.vmap(lambda c, x, s: jax.lax.dynamic_update_slice(c, x, (0, 0, s, 0)),
-                           in_axes=(1, 1, 0), out_axes=1)
-            return put(buf, rows, self.lengths)
+        return KVCache(write(self.k, k_new), write(self.v, v_new), self.lengths + jnp.asarray(count, jnp.int32))
 
-        return KVCache(move(self.k), move(self.v), self.lengths + count)
+
+def take_path(new_kv: tuple[jax.Array, jax.Array], rows: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """new_kv (k, v) [L, B, T, K, D] (a forward's `new_kv`) at rows [B, M] (indices into T)
+    -> (k, v) [L, B, M, K, D]."""
+    index = rows.astype(jnp.int32)[None, :, :, None, None]
+    return tuple(jnp.take_along_axis(x, index, axis=2) for x in new_kv)
 
 
 def init_cache(cfg: ModelConfig, batch_size: int, max_len: int, dtype=None) -> KVCache:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from specblock_jax.models.attention import attend, attend_cache, attend_prefix
+from specblock_jax.models.attention import attend, attend_cache, attend_prefix, write_heads_first
 from specblock_jax.models.config import ModelConfig, RopeConfig
 
 _INIT_STD = 0.02  # HF initializer_range
@@ -93,10 +93,7 @@ def write_kv(cache: jax.Array, new: jax.Array, starts: jax.Array, layer: jax.Arr
         index = (layer, jnp.arange(b)[:, None, None], jnp.arange(k)[None, :, None], slots[:, None, :])
         return cache.at[index].set(jnp.swapaxes(new, 1, 2), mode="promise_in_bounds")
 
-    def one(c, x, s):  # c [K, S, D], x [T, K, D]
-        return jax.lax.dynamic_update_slice(c, jnp.swapaxes(x, 0, 1), (0, s, 0))
-
-    return jax.vmap(one)(cache, new, starts)
+    return write_heads_first(cache, new, starts)
 
 
 def take_rows(x: jax.Array, rows: jax.Array) -> jax.Array:
@@ -125,7 +122,8 @@ class Attention(nnx.Module):
         self.qk_norm = cfg.qk_norm
         self.cache_attention = cfg.attention
 
-    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None, query_rows=None):
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None, query_rows=None,
+                 write=True):
         """x [B, T, H]; mask [B, T, S] over a heads-first cache (S slots), else [B, T, T] among
         the new tokens (with a stacked cache every slot < starts[b] is visible as well).
 
@@ -135,11 +133,17 @@ class Attention(nnx.Module):
         kv_len (attention then costs what the sequence is long, models/attention.py). query_rows [B, Q] int32 or None: the K/V of
         all T rows are computed (and written) as without it, but only rows query_rows[b] query
         (x, cos, sin and mask rows taken there). Returns (out [B, T or Q, H], updated (k, v) or None).
+        write=False (a stacked cache): the cache is only read and the new (k, v) [B, T, K, D] come
+        back in its place.
         """
         k, v = self.key_value(x, cos, sin)
         if query_rows is not None:
             x, cos, sin, mask = (take_rows(a, query_rows) for a in (x, cos, sin, mask))
         q = self.query(x, cos, sin)
+        if kv_cache is not None and not write:
+            att = attend_cache(q, k, v, mask, kv_cache[0], kv_cache[1], layer, starts, self.cache_attention,
+                               written=False)
+            return self.output(att), (k, v)
         if kv_cache is not None:
             kv_cache = (write_kv(kv_cache[0], k, starts, layer), write_kv(kv_cache[1], v, starts, layer))
             if layer is None:
@@ -200,11 +204,12 @@ class DecoderLayer(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, dtype, rngs)
 
-    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None, query_rows=None):
+    def __call__(self, x, cos, sin, mask, kv_cache=None, starts=None, kv_len=None, layer=None, query_rows=None,
+                 write=True):
         """As `Attention.__call__`; with query_rows [B, Q], every row's K/V is written but only
         those rows go through attention and the MLP: out [B, Q, H] equals the full out at them."""
         a, kv_cache = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, starts, kv_len, layer,
-                                     query_rows)
+                                     query_rows, write)
         if query_rows is not None:
             x = take_rows(x, query_rows)
         x = x + a

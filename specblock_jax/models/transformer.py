@@ -30,6 +30,9 @@ class ForwardOutput(NamedTuple):
     logits: jax.Array | None  # [B, T, V] fp32, or [B, n, V] at logit_indices, None if not asked
     hidden: jax.Array | None  # [B, T, len(hidden_ids), H] or None
     cache: KVCache | None  # new K/V written at lengths[b]..; lengths NOT advanced
+    # with write_cache=False: (k, v) each [L, B, T, K, D], the new tokens' K/V (the cache is only
+    # read, and `cache` is the input's); KVCache.append commits a chosen subset of them
+    new_kv: tuple[jax.Array, jax.Array] | None = None
 
 
 def stacked_layers(cfg: ModelConfig, dtype, rngs: nnx.Rngs) -> DecoderLayer:
@@ -59,7 +62,7 @@ class Transformer(nnx.Module):
         return self.lm_head[...]
 
     def __call__(self, tokens, positions, mask, cache: KVCache | None = None, hidden_ids=(),
-                 logit_indices=None, compute_logits: bool = True) -> ForwardOutput:
+                 logit_indices=None, compute_logits: bool = True, write_cache: bool = True) -> ForwardOutput:
         """The forward of `apply` (shapes and arguments documented there)."""
         cfg = self.cfg
         bad = [i for i in hidden_ids if not 0 <= i <= cfg.num_layers]
@@ -72,6 +75,8 @@ class Transformer(nnx.Module):
         tap_ids = jnp.asarray(taps, jnp.int32)
         layer_def, layer_params = nnx.split(self.layers)
 
+        read_only = cache is not None and not write_cache
+
         def layers(carry, layer_mask):
             def body(carry, xs):
                 x, kv, kept = carry
@@ -79,30 +84,37 @@ class Transformer(nnx.Module):
                 layer = nnx.merge(layer_def, params)
                 if taps:  # kept[j] = the input of layer taps[j]
                     kept = jnp.where((tap_ids == i)[:, None, None, None], x[None], kept)
+                if read_only:  # the cache stays out of the carry: the layer's new K/V are the scan's ys
+                    x, new = layer(x, cos, sin, layer_mask, (cache.k, cache.v), starts, None, i, write=False)
+                    return (x, kv, kept), new
                 x, kv = layer(x, cos, sin, layer_mask, kv, starts, None, None if kv is None else i)
                 return (x, kv, kept), None
 
             index = jnp.arange(cfg.num_layers, dtype=jnp.int32)
             unroll = min(cfg.scan_unroll if cache is None else cfg.cache_scan_unroll, cfg.num_layers)
-            return jax.lax.scan(body, carry, (layer_params, index), unroll=unroll)[0]
+            return jax.lax.scan(body, carry, (layer_params, index), unroll=unroll)
 
-        kv = None if cache is None else (cache.k, cache.v)
+        kv = None if cache is None or read_only else (cache.k, cache.v)
         kept = jnp.zeros((len(taps),) + x.shape, x.dtype) if taps else None
         carry = (x, kv, kept)
-        if cache is not None and prompt_kernel(cfg.attention, tokens.shape[1], cfg.head_dim, cache.max_len, x.dtype):
+        new_kv = None
+        if read_only:
+            (x, _, kept), new_kv = layers(carry, mask)
+        elif cache is not None and prompt_kernel(cfg.attention, tokens.shape[1], cfg.head_dim, cache.max_len,
+                                                 x.dtype):
             # a prompt on an empty cache runs the causal kernel (mask None) in every layer. The
             # barrier keeps XLA from moving the mask's making into the other branch, whose operands
             # would then be its [B, T, T] int32 iotas (4 GB each at 32k) instead of one bool mask
             mask = jax.lax.optimization_barrier(mask)
-            x, kv, kept = jax.lax.cond(is_prompt(mask, cache.lengths), lambda c: layers(c, None),
-                                       lambda c: layers(c, mask), carry)
+            x, kv, kept = jax.lax.cond(is_prompt(mask, cache.lengths), lambda c: layers(c, None)[0],
+                                       lambda c: layers(c, mask)[0], carry)
         else:
-            x, kv, kept = layers(carry, mask)
+            x, kv, kept = layers(carry, mask)[0]
         x = self.norm(x)
         hidden = {i: kept[j] for j, i in enumerate(taps)}  # HF hidden_states index -> [B, T, H]
         if cfg.num_layers in hidden_ids:
             hidden[cfg.num_layers] = x
-        if cache is not None:
+        if kv is not None:
             cache = KVCache(kv[0], kv[1], cache.lengths)
         logits = None
         if compute_logits:
@@ -112,7 +124,7 @@ class Transformer(nnx.Module):
                 "bth,hv->btv", x, self.head_weight(), preferred_element_type=jnp.float32
             )
         hid = jnp.stack([hidden[i] for i in hidden_ids], axis=2) if hidden_ids else None
-        return ForwardOutput(logits, hid, cache)
+        return ForwardOutput(logits, hid, cache, new_kv)
 
 
 def apply(
@@ -126,6 +138,7 @@ def apply(
     hidden_ids: tuple[int, ...] = (),
     logit_indices: jax.Array | None = None,
     compute_logits: bool = True,
+    write_cache: bool = True,
 ) -> ForwardOutput:
     """Pure forward over T new tokens.
 
@@ -134,11 +147,13 @@ def apply(
     depth). mask [B, T, T] among the new tokens (see `causal_mask`); with a cache every query also
     sees the committed slots < lengths[b] (`models.attention.attend_cache`, as `cache_mask`).
     hidden_ids index HF's `hidden_states`: i < L is the
-    input of layer i (0 = embeddings), L is the final normed hidden. Keep `hidden_ids`,
-    `compute_logits` static under jit.
+    input of layer i (0 = embeddings), L is the final normed hidden. write_cache=False: the cache
+    is only read and the new tokens' K/V come back as `new_kv` [L, B, T, K, D] each (a tree verify
+    then commits only its accepted path, `KVCache.append`). Keep `hidden_ids`, `compute_logits`,
+    `write_cache` static under jit.
     """
     model = nnx.merge(graphdef, params)
-    return model(tokens, positions, mask, cache, tuple(hidden_ids), logit_indices, compute_logits)
+    return model(tokens, positions, mask, cache, tuple(hidden_ids), logit_indices, compute_logits, write_cache)
 
 
 def causal_mask(batch: int, length: int, valid: jax.Array | None = None) -> jax.Array:
