@@ -20,8 +20,9 @@ if _CACHE_DIR:
     os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 * 2**30))
 
 # Step sizing's cost model is not measured for every loop a test decodes with (each measurement
-# compiles and times the loop's step): sizes then cost the same (decoding/step_costs.py);
-# tests/test_sizing.py gives costs and measures one model.
+# compiles and times the loop's step): without one a sized loop verifies the whole tree every step
+# and compiles that size alone (decoding/speculative.py `step_ms`), as a fixed loop costs to
+# compile; tests/test_sizing.py gives costs (sizes switching) and measures one model.
 os.environ.setdefault("SPECBLOCK_JAX_STEP_COSTS", "off")
 
 # The tests check what the code computes, not how fast XLA's code runs, and most of their time is

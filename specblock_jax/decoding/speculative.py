@@ -117,7 +117,8 @@ class SpeculativeLoop:
     for fixed trees of N nodes."""
     step_ms: tuple[float, ...] = ()
     """The step-cost model: ms of one step at each size of the menu (decoding/step_costs.py);
-    () until measured or priced (then every size counts the same: the largest is chosen)."""
+    () until measured or priced: then every step verifies the whole tree (a skipped draft, its
+    root) and only that size is compiled (the test suite's loops: tests/conftest.py)."""
 
     draft_phases: ClassVar[tuple[str, ...]] = ("propose", "update")  # the step profile's drafting phases
     profile_phases: ClassVar[tuple[str, ...]] = ("propose", "update", "tree_forward", "verify", "forward_1")
@@ -309,6 +310,10 @@ class SpeculativeLoop:
         force = jnp.max(s.force)
         chosen = jnp.where(force >= 0, jnp.minimum(force, len(self.sizes) - 1), chosen)
         chosen = jnp.where(skipped, 0, chosen)
+        branches, index = self.sizes, chosen
+        if not self.step_ms:  # no cost model: one branch, the whole tree (a skipped draft's root alone)
+            chosen = jnp.where(skipped, 0, len(self.sizes) - 1).astype(jnp.int32)
+            branches, index = self.sizes[-1:], 0
 
         def at_size(k):
             def run():
@@ -326,7 +331,7 @@ class SpeculativeLoop:
                 return c, hidden, to_full(sub.valid, sel, n, False)
             return run
 
-        c, hidden, verified = jax.lax.switch(chosen, [at_size(k) for k in self.sizes])
+        c, hidden, verified = jax.lax.switch(index, [at_size(k) for k in branches])
         c = c._replace(cache=s.cache.append(*c.kept, c.ctx.cache_len - s.cache.lengths))
         res = c.result
         on_path = jnp.arange(n)[None, :] <= res.num_accepted[:, None]

@@ -11,7 +11,7 @@ machine in `step_costs.json` beside the compile cache (decoding/compiled.py `def
 keyed by backend, XLA flags, the target's and the drafter's settings, the batch, the cache length, the
 greedy flag and the menu, so a second process reads them; with the compile cache off
 ($SPECBLOCK_JAX_COMPILE_CACHE=off) they live in the process only. $SPECBLOCK_JAX_STEP_COSTS=off
-measures nothing: every size then costs the same, so each step verifies the largest useful size
+measures nothing: without a cost model each step verifies the whole tree (`SpeculativeLoop.step_ms`)
 and never skips its draft (the test suite's default: tests/conftest.py; step sizing's own tests
 give costs).
 
@@ -121,6 +121,7 @@ def measure(loop: SpeculativeLoop, params, drafter_params, inputs: LoopInputs) -
     docstring)."""
     t0 = time.perf_counter()
     mark = cached_count()
+    loop = dataclasses.replace(loop, step_ms=(1.0,) * len(loop.sizes))  # every size compiled, each forced in turn
     try:
         state = compiled(mid_decode_state, (loop,), params, drafter_params, inputs)[0](params, drafter_params, inputs)
         exe = compiled(_step, (loop,), params, drafter_params, state, inputs.stop_ids, donate_argnums=(2,))[0]
