@@ -6,9 +6,9 @@ Invariant between steps: the KV cache holds every committed token except the las
 root), whose K/V the next tree forward computes as node 0. Each step:
   1. the drafter proposes a tree of N nodes rooted at the root;
   2. one target forward over the N nodes under the tree's ancestor mask (positions = cache length
-     + depth) writes their K/V after the committed prefix;
+     + depth) computes their K/V, reading the cache only;
   3. verification picks the accepted path and a bonus token (greedy or rejection sampling);
-  4. the cache keeps the path's K/V (`compact`), the new tokens are appended, truncated at a stop
+  4. the cache gets the path's K/V (`KVCache.append`), the new tokens are appended, truncated at a stop
      token or the budget, and the bonus becomes the next root.
 
 With `collect`, the loop also keeps the target's hidden states at the drafter's feature

@@ -13,7 +13,7 @@ warm-up call:
                   it (positions = cache length + depth, hidden states at the drafter's layers),
                   as in the speculative loop
     verify        verification (greedy or rejection sampling, reusing that mask) + commit: the
-                  cache `compact`, the stop/budget bookkeeping and the out/history writes
+                  cache `append`, the stop/budget bookkeeping and the out/history writes
     forward_1     one step of target-only decoding as in decoding/autoregressive.py: a one-token
                   forward, the cache advance, sampling and the output write (at the cache_len
                   given: for a speculative method, its own loop's)
